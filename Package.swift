@@ -1,0 +1,75 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+/// Settings every Swift target shares: Swift 6 language mode (strict concurrency) is the
+/// tools-version default; these add the upcoming features we rely on.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "SyncLedger",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "SyncLedger", targets: ["SyncLedger"]),
+        .library(name: "LedgerStorage", targets: ["LedgerStorage"]),
+        .executable(name: "syncledger", targets: ["syncledger"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // C libraries from Debian's liblmdb-dev and libzstd-dev. Only LedgerStorage imports them.
+        .systemLibrary(
+            name: "CLMDB",
+            pkgConfig: "lmdb",
+            providers: [.apt(["liblmdb-dev"])]
+        ),
+        .systemLibrary(
+            name: "CZstd",
+            pkgConfig: "libzstd",
+            providers: [.apt(["libzstd-dev"])]
+        ),
+        // The storage layer: the only code that touches C and unsafe pointers.
+        .target(
+            name: "LedgerStorage",
+            dependencies: ["CLMDB", "CZstd"],
+            swiftSettings: swiftSettings
+        ),
+        // The domain: streams, log entries, views, Cognito semantics, replay, verify.
+        .target(
+            name: "SyncLedger",
+            dependencies: [
+                "LedgerStorage",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "syncledger",
+            dependencies: [
+                "SyncLedger",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // A test helper: writes acknowledged updates until it is killed (the crash test).
+        .executableTarget(
+            name: "ledger-crash-writer",
+            dependencies: ["SyncLedger"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "LedgerStorageTests",
+            dependencies: ["LedgerStorage"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SyncLedgerTests",
+            dependencies: ["SyncLedger", "LedgerStorage"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,132 @@
+/// Appends the binary forms used on disk: fixed big-endian integers (keys, so that byte order is
+/// numeric order), LEB128 varints and length-prefixed UTF-8 strings (values).
+struct ByteWriter {
+    var bytes: [UInt8]
+
+    init(capacity: Int = 64) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    mutating func byte(_ value: UInt8) { bytes.append(value) }
+
+    mutating func fixed64(_ value: UInt64) {
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func varint(_ value: UInt64) {
+        var v = value
+        while v >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        bytes.append(UInt8(v))
+    }
+
+    /// A signed value as a zig-zag varint.
+    mutating func signed(_ value: Int64) {
+        varint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
+    }
+
+    mutating func string(_ value: String) {
+        var s = value
+        s.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func raw(_ value: some Sequence<UInt8>) { bytes.append(contentsOf: value) }
+}
+
+/// Why a stored or received byte string could not be decoded.
+struct DecodeFailure: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// Reads what ``ByteWriter`` wrote; every read checks bounds and throws ``DecodeFailure``.
+struct ByteReader {
+    let bytes: [UInt8]
+    private(set) var position: Int
+
+    init(_ bytes: [UInt8], position: Int = 0) {
+        self.bytes = bytes
+        self.position = position
+    }
+
+    var isAtEnd: Bool { position == bytes.count }
+    var remaining: Int { bytes.count - position }
+
+    mutating func byte() throws(DecodeFailure) -> UInt8 {
+        guard position < bytes.count else { throw DecodeFailure(description: "truncated at byte \(position)") }
+        defer { position += 1 }
+        return bytes[position]
+    }
+
+    mutating func fixed64() throws(DecodeFailure) -> UInt64 {
+        guard remaining >= 8 else { throw DecodeFailure(description: "truncated 64-bit integer at byte \(position)") }
+        var value: UInt64 = 0
+        for i in 0..<8 { value = value << 8 | UInt64(bytes[position + i]) }
+        position += 8
+        return value
+    }
+
+    mutating func varint() throws(DecodeFailure) -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try byte()
+            if shift == 63 && b > 1 { throw DecodeFailure(description: "varint overflows 64 bits at byte \(position - 1)") }
+            result |= UInt64(b & 0x7f) << shift
+            if b & 0x80 == 0 { return result }
+            shift += 7
+            if shift > 63 { throw DecodeFailure(description: "varint too long at byte \(position - 1)") }
+        }
+    }
+
+    mutating func signed() throws(DecodeFailure) -> Int64 {
+        let raw = try varint()
+        return Int64(bitPattern: raw >> 1) ^ -Int64(bitPattern: raw & 1)
+    }
+
+    mutating func raw(_ count: Int) throws(DecodeFailure) -> ArraySlice<UInt8> {
+        guard count >= 0, remaining >= count else {
+            throw DecodeFailure(description: "truncated: \(count) bytes wanted at byte \(position), \(remaining) left")
+        }
+        defer { position += count }
+        return bytes[position..<position + count]
+    }
+
+    mutating func string() throws(DecodeFailure) -> String {
+        let count = try varint()
+        guard count <= UInt64(remaining) else {
+            throw DecodeFailure(description: "string of \(count) bytes overruns the buffer at byte \(position)")
+        }
+        let slice = try raw(Int(count))
+        guard let s = String(validating: slice, as: UTF8.self) else {
+            throw DecodeFailure(description: "invalid UTF-8 at byte \(position - Int(count))")
+        }
+        return s
+    }
+
+    func expectEnd() throws(DecodeFailure) {
+        if !isAtEnd { throw DecodeFailure(description: "\(remaining) trailing bytes at byte \(position)") }
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// `value` as 8 big-endian bytes.
+    static func bigEndian(_ value: UInt64) -> [UInt8] {
+        var w = ByteWriter(capacity: 8)
+        w.fixed64(value)
+        return w.bytes
+    }
+
+    /// The first 8 bytes read as a big-endian integer (0 when shorter).
+    func bigEndianUInt64(at offset: Int = 0) -> UInt64 {
+        guard count >= offset + 8 else { return 0 }
+        var value: UInt64 = 0
+        for i in 0..<8 { value = value << 8 | UInt64(self[offset + i]) }
+        return value
+    }
+}

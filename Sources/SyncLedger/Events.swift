@@ -1,0 +1,145 @@
+public import Foundation
+import Crypto
+
+/// A point in time as milliseconds since 1970 (UTC), as stored in the log.
+public struct Timestamp: Hashable, Sendable, Comparable, CustomStringConvertible {
+    /// Milliseconds since 1970-01-01T00:00:00Z.
+    public let milliseconds: Int64
+
+    /// A time from milliseconds since 1970.
+    public init(milliseconds: Int64) { self.milliseconds = milliseconds }
+
+    /// A time from a `Date`, rounded down to the millisecond.
+    public init(_ date: Date) { self.milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+
+    /// The current time.
+    public static var now: Timestamp { Timestamp(Date()) }
+
+    /// As a `Date`.
+    public var date: Date { Date(timeIntervalSince1970: Double(milliseconds) / 1000) }
+
+    /// Seconds since 1970, as Cognito's wire format sends dates.
+    public var epochSeconds: Double { Double(milliseconds) / 1000 }
+
+    public static func < (a: Self, b: Self) -> Bool { a.milliseconds < b.milliseconds }
+    public var description: String { ISO8601DateFormatter().string(from: date) }
+}
+
+/// One change in a log entry.
+public enum Event: Hashable, Sendable {
+    /// Sets `key` to `value`. `deviceModified` is the device's own clock when it made the change.
+    case put(key: String, value: String, deviceModified: Timestamp?)
+    /// Removes `key` (the record becomes a tombstone).
+    case remove(key: String, deviceModified: Timestamp?)
+    /// Deletes the whole dataset: its records are gone; the stream and its offsets go on.
+    case deleteDataset
+
+    /// The record key this event changes (nil for a dataset delete).
+    public var key: String? {
+        switch self {
+        case .put(let key, _, _), .remove(let key, _): key
+        case .deleteDataset: nil
+        }
+    }
+}
+
+/// One immutable entry of a stream's log: an atomic group of events.
+///
+/// Its ``offset`` is the dataset's sync count after it; its ``sequence`` orders it among all
+/// entries of the ledger (the change feed). ``hash`` chains it to the previous entry of its
+/// stream: `SHA-256(previousHash ‖ canonical bytes)`, where the canonical bytes are the stream
+/// name and the encoded body (offset, time, author, events) — never the local sequence, so a
+/// replica or an imported segment computes the same hash.
+public struct LogEntry: Hashable, Sendable {
+    /// The stream it belongs to.
+    public let stream: StreamName
+    /// Its offset in the stream (1, 2, …): the dataset's sync count after it.
+    public let offset: UInt64
+    /// Its position in the ledger-wide change feed (1, 2, …).
+    public let sequence: UInt64
+    /// The server's time when it was committed.
+    public let time: Timestamp
+    /// Who made it: the device id, or the caller when no device was named.
+    public let author: String
+    /// The changes, applied in order.
+    public let events: [Event]
+    /// SHA-256 of the previous entry's hash and this entry's canonical bytes.
+    public let hash: [UInt8]
+
+    /// The hash that precedes the first entry of every stream: 32 zero bytes.
+    public static let genesisHash = [UInt8](repeating: 0, count: 32)
+
+    static let bodyVersion: UInt8 = 1
+
+    /// The canonical body: version, offset, time, author, events.
+    static func encodeBody(offset: UInt64, time: Timestamp, author: String, events: [Event]) -> [UInt8] {
+        var w = ByteWriter(capacity: 32 + author.utf8.count + events.count * 24)
+        w.byte(bodyVersion)
+        w.varint(offset)
+        w.signed(time.milliseconds)
+        w.string(author)
+        w.varint(UInt64(events.count))
+        for event in events {
+            switch event {
+            case .put(let key, let value, let device):
+                w.byte(device == nil ? 1 : 4)
+                w.string(key)
+                w.string(value)
+                if let device { w.signed(device.milliseconds) }
+            case .remove(let key, let device):
+                w.byte(device == nil ? 2 : 5)
+                w.string(key)
+                if let device { w.signed(device.milliseconds) }
+            case .deleteDataset:
+                w.byte(3)
+            }
+        }
+        return w.bytes
+    }
+
+    /// Decodes a body written by ``encodeBody(offset:time:author:events:)``.
+    static func decodeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String, events: [Event]) {
+        let version = try reader.byte()
+        guard version == bodyVersion else { throw DecodeFailure(description: "unknown entry body version \(version)") }
+        let offset = try reader.varint()
+        let time = Timestamp(milliseconds: try reader.signed())
+        let author = try reader.string()
+        let count = try reader.varint()
+        guard count <= UInt64(reader.remaining) else { throw DecodeFailure(description: "event count \(count) exceeds the entry's size") }
+        var events: [Event] = []
+        events.reserveCapacity(Int(count))
+        for _ in 0..<count {
+            let kind = try reader.byte()
+            switch kind {
+            case 1, 4:
+                let key = try reader.string()
+                let value = try reader.string()
+                let device = kind == 4 ? Timestamp(milliseconds: try reader.signed()) : nil
+                events.append(.put(key: key, value: value, deviceModified: device))
+            case 2, 5:
+                let key = try reader.string()
+                let device = kind == 5 ? Timestamp(milliseconds: try reader.signed()) : nil
+                events.append(.remove(key: key, deviceModified: device))
+            case 3:
+                events.append(.deleteDataset)
+            default:
+                throw DecodeFailure(description: "unknown event kind \(kind)")
+            }
+        }
+        guard offset >= 1 else { throw DecodeFailure(description: "offset 0") }
+        return (offset, time, author, events)
+    }
+
+    /// `SHA-256(previousHash ‖ len(name) ‖ name ‖ body)`.
+    static func chainHash(previous: [UInt8], stream: StreamName, body: [UInt8]) -> [UInt8] {
+        var hasher = SHA256()
+        hasher.update(data: previous)
+        let name = stream.key
+        var w = ByteWriter(capacity: 4)
+        w.varint(UInt64(name.count))
+        hasher.update(data: w.bytes)
+        hasher.update(data: name)
+        hasher.update(data: body)
+        return Array(hasher.finalize())
+    }
+}

@@ -1,0 +1,76 @@
+/// An error of the SyncLedger domain: a code to match on, a message that says what and where,
+/// and the details a caller may need (the stream, offset and key involved, both sync counts of
+/// a conflict, the underlying cause).
+public struct LedgerError: Error, Sendable, CustomStringConvertible {
+    /// What kind of error this is. New codes may be added; match the ones you handle.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Base: String, Hashable, Sendable {
+            case invalidParameter, notFound, conflict, limitExceeded, invalidSessionToken
+            case corruptData, unsupportedFormat, diskFull, storage, closed
+        }
+        private let base: Base
+        private init(_ base: Base) { self.base = base }
+
+        /// A name, key, value, operation or token is malformed or out of range.
+        public static let invalidParameter = Code(.invalidParameter)
+        /// The dataset (or other resource) does not exist.
+        public static let notFound = Code(.notFound)
+        /// A record's sync count moved on since the caller's: nothing was written.
+        public static let conflict = Code(.conflict)
+        /// A size or count limit would be exceeded: nothing was written.
+        public static let limitExceeded = Code(.limitExceeded)
+        /// The sync session token is missing, forged, foreign or expired.
+        public static let invalidSessionToken = Code(.invalidSessionToken)
+        /// Stored bytes fail to decode or verify.
+        public static let corruptData = Code(.corruptData)
+        /// The data directory was written by a newer format version.
+        public static let unsupportedFormat = Code(.unsupportedFormat)
+        /// The disk (or quota) is full: nothing was written.
+        public static let diskFull = Code(.diskFull)
+        /// Another storage failure (see ``LedgerError/underlying``).
+        public static let storage = Code(.storage)
+        /// The ledger was closed.
+        public static let closed = Code(.closed)
+
+        public var description: String { base.rawValue }
+    }
+
+    /// The two sync counts of a conflict on one key.
+    public struct Conflict: Sendable, Hashable {
+        /// The record key.
+        public let key: String
+        /// The sync count the caller sent.
+        public let expected: UInt64
+        /// The record's current sync count.
+        public let actual: UInt64
+    }
+
+    /// What kind of error.
+    public let code: Code
+    /// What went wrong and where, for people.
+    public let message: String
+    /// The stream involved, if any.
+    public var stream: StreamName?
+    /// The log offset involved, if any.
+    public var offset: UInt64?
+    /// The conflicting records, for ``Code/conflict``.
+    public var conflicts: [Conflict] = []
+    /// The cause, if this wraps another error.
+    public var underlying: (any Error)?
+
+    /// Makes an error.
+    public init(_ code: Code, _ message: String, stream: StreamName? = nil, offset: UInt64? = nil, underlying: (any Error)? = nil) {
+        self.code = code
+        self.message = message
+        self.stream = stream
+        self.offset = offset
+        self.underlying = underlying
+    }
+
+    public var description: String {
+        var text = "\(code): \(message)"
+        if let stream { text += " [stream \(stream)" + (offset.map { " offset \($0)" } ?? "") + "]" }
+        if let underlying { text += " (cause: \(underlying))" }
+        return text
+    }
+}

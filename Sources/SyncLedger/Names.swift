@@ -1,0 +1,133 @@
+/// An identity pool id, e.g. `us-east-1:0f3c…`: `[\w-]+:[0-9a-f-]+`, 1–55 characters.
+public struct IdentityPoolID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    /// The id as given.
+    public let rawValue: String
+
+    /// Validates `rawValue` against Cognito's pattern and length.
+    /// - Throws: ``LedgerError`` `.invalidParameter` naming the value and the rule.
+    public init(_ rawValue: String) throws(LedgerError) {
+        try validateCognitoID(rawValue, what: "identity pool id")
+        self.rawValue = rawValue
+    }
+
+    public var description: String { rawValue }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// An identity id, e.g. `us-east-1:1a2b…`: `[\w-]+:[0-9a-f-]+`, 1–55 characters.
+public struct IdentityID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    /// The id as given.
+    public let rawValue: String
+
+    /// Validates `rawValue` against Cognito's pattern and length.
+    /// - Throws: ``LedgerError`` `.invalidParameter` naming the value and the rule.
+    public init(_ rawValue: String) throws(LedgerError) {
+        try validateCognitoID(rawValue, what: "identity id")
+        self.rawValue = rawValue
+    }
+
+    public var description: String { rawValue }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// A dataset name: 1–128 characters of `[A-Za-z0-9_.:-]`.
+public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertible {
+    /// The name as given.
+    public let rawValue: String
+
+    /// Validates `rawValue` against Cognito's pattern and length.
+    /// - Throws: ``LedgerError`` `.invalidParameter` naming the value and the rule.
+    public init(_ rawValue: String) throws(LedgerError) {
+        let utf8 = rawValue.utf8
+        guard (1...128).contains(utf8.count), utf8.allSatisfy({ isWordByte($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "-") }) else {
+            throw LedgerError(.invalidParameter, "dataset name \(quoted(rawValue)) must be 1-128 characters of A-Z a-z 0-9 _ . : -")
+        }
+        self.rawValue = rawValue
+    }
+
+    public var description: String { rawValue }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// The name of one log stream: an identity's dataset.
+public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertible {
+    /// The identity pool.
+    public let pool: IdentityPoolID
+    /// The identity that owns the dataset.
+    public let identity: IdentityID
+    /// The dataset.
+    public let dataset: DatasetName
+
+    /// A stream from already validated parts.
+    public init(pool: IdentityPoolID, identity: IdentityID, dataset: DatasetName) {
+        self.pool = pool
+        self.identity = identity
+        self.dataset = dataset
+    }
+
+    /// Validates the three parts.
+    /// - Throws: ``LedgerError`` `.invalidParameter` for the first part that is invalid.
+    public init(pool: String, identity: String, dataset: String) throws(LedgerError) {
+        self.init(pool: try IdentityPoolID(pool), identity: try IdentityID(identity), dataset: try DatasetName(dataset))
+    }
+
+    /// `pool/identity/dataset`.
+    public var description: String { "\(pool)/\(identity)/\(dataset)" }
+
+    public static func < (a: Self, b: Self) -> Bool { a.key.lexicographicallyPrecedes(b.key) }
+
+    /// The storage key and canonical form: the three UTF-8 names separated by NUL bytes
+    /// (NUL appears in none of them), so keys of one identity and of one pool are prefixes.
+    var key: [UInt8] {
+        var bytes = Array(pool.rawValue.utf8)
+        bytes.append(0)
+        bytes.append(contentsOf: identity.rawValue.utf8)
+        bytes.append(0)
+        bytes.append(contentsOf: dataset.rawValue.utf8)
+        return bytes
+    }
+
+    /// Parses ``key``.
+    init(key: [UInt8]) throws(LedgerError) {
+        let parts = key.split(separator: 0, omittingEmptySubsequences: false)
+        guard parts.count == 3 else {
+            throw LedgerError(.corruptData, "stream key of \(key.count) bytes has \(parts.count) parts, not 3")
+        }
+        try self.init(pool: String(decoding: parts[0], as: UTF8.self), identity: String(decoding: parts[1], as: UTF8.self), dataset: String(decoding: parts[2], as: UTF8.self))
+    }
+
+    /// The key prefix of every stream of one identity.
+    static func prefix(pool: IdentityPoolID, identity: IdentityID? = nil) -> [UInt8] {
+        var bytes = Array(pool.rawValue.utf8)
+        bytes.append(0)
+        if let identity {
+            bytes.append(contentsOf: identity.rawValue.utf8)
+            bytes.append(0)
+        }
+        return bytes
+    }
+}
+
+@inline(__always)
+private func isWordByte(_ b: UInt8) -> Bool {
+    (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) || b == 0x5f
+}
+
+func quoted(_ s: String) -> String {
+    let shown = s.count > 80 ? String(s.prefix(80)) + "…" : s
+    return "\"\(shown)\""
+}
+
+/// `[\w-]+:[0-9a-f-]+`, 1–55 characters (Cognito's IdentityId and IdentityPoolId).
+private func validateCognitoID(_ s: String, what: String) throws(LedgerError) {
+    let utf8 = Array(s.utf8)
+    let rule = "\(what) \(quoted(s)) must match [\\w-]+:[0-9a-f-]+ and be 1-55 characters"
+    guard (1...55).contains(utf8.count), let colon = utf8.firstIndex(of: UInt8(ascii: ":")) else {
+        throw LedgerError(.invalidParameter, rule)
+    }
+    let region = utf8[..<colon]
+    let id = utf8[(colon + 1)...]
+    guard !region.isEmpty, region.allSatisfy({ isWordByte($0) || $0 == UInt8(ascii: "-") }),
+          !id.isEmpty, id.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || $0 == UInt8(ascii: "-") })
+    else { throw LedgerError(.invalidParameter, rule) }
+}

@@ -1,0 +1,184 @@
+import LedgerStorage
+
+/// The named LMDB databases of a ledger and the layout of their keys. See docs/storage-format.md.
+struct Schema: Sendable {
+    /// The on-disk format this code writes; a directory with a higher one is refused.
+    static let formatVersion: UInt64 = 1
+
+    /// `format`, `hmac-key`: settings of the directory.
+    let meta: Database
+    /// stream key (pool␀identity␀dataset) → ``StreamHead`` (id, head offset, head hash).
+    let streams: Database
+    /// stream id (8 B BE) → stream key.
+    let streamNames: Database
+    /// commit sequence (8 B BE) → stream id (8 B BE) ‖ hash (32 B) ‖ entry body. Appended only.
+    let log: Database
+    /// stream id (8 B BE) ‖ offset (8 B BE) → commit sequence (8 B BE).
+    let index: Database
+    /// View: stream id (8 B BE) ‖ record key (UTF-8) → ``RecordState``.
+    let records: Database
+    /// View: stream id (8 B BE) → ``DatasetState``.
+    let datasets: Database
+    /// View: pool id (UTF-8) → ``PoolState`` (bytes, last modified).
+    let pools: Database
+    /// pool id (UTF-8) → sync sessions issued (8 B BE).
+    let sessions: Database
+
+    init(environment env: Environment) throws {
+        meta = try env.openDatabase("meta")
+        streams = try env.openDatabase("streams")
+        streamNames = try env.openDatabase("stream-names")
+        log = try env.openDatabase("log")
+        index = try env.openDatabase("index")
+        records = try env.openDatabase("records")
+        datasets = try env.openDatabase("datasets")
+        pools = try env.openDatabase("pools")
+        sessions = try env.openDatabase("sessions")
+    }
+
+    /// The databases that hold views (rebuilt from the log).
+    var views: [Database] { [records, datasets, pools] }
+
+    static func recordKey(stream id: UInt64, key: String) -> [UInt8] {
+        var w = ByteWriter(capacity: 8 + key.utf8.count)
+        w.fixed64(id)
+        w.raw(key.utf8)
+        return w.bytes
+    }
+
+    static func indexKey(stream id: UInt64, offset: UInt64) -> [UInt8] {
+        var w = ByteWriter(capacity: 16)
+        w.fixed64(id)
+        w.fixed64(offset)
+        return w.bytes
+    }
+}
+
+/// The head of a stream, kept with its name: where the next entry goes and what it chains to.
+struct StreamHead: Hashable {
+    /// The stream's local id (keys of the index and views).
+    var id: UInt64
+    /// The offset of its last entry (0: none yet).
+    var offset: UInt64
+    /// The hash of its last entry (``LogEntry/genesisHash`` when none).
+    var hash: [UInt8]
+
+    func encoded() -> [UInt8] {
+        var w = ByteWriter(capacity: 48)
+        w.fixed64(id)
+        w.fixed64(offset)
+        w.raw(hash)
+        return w.bytes
+    }
+
+    init(id: UInt64, offset: UInt64, hash: [UInt8]) {
+        self.id = id
+        self.offset = offset
+        self.hash = hash
+    }
+
+    init(decoding bytes: [UInt8]) throws(DecodeFailure) {
+        var r = ByteReader(bytes)
+        id = try r.fixed64()
+        offset = try r.fixed64()
+        hash = Array(try r.raw(32))
+        try r.expectEnd()
+    }
+}
+
+/// The aggregate view of one identity pool.
+struct PoolState: Hashable {
+    var bytes: UInt64
+    var lastModified: Timestamp
+
+    func encoded() -> [UInt8] {
+        var w = ByteWriter(capacity: 16)
+        w.varint(bytes)
+        w.signed(lastModified.milliseconds)
+        return w.bytes
+    }
+
+    init(bytes: UInt64, lastModified: Timestamp) {
+        self.bytes = bytes
+        self.lastModified = lastModified
+    }
+
+    init(decoding data: [UInt8]) throws(DecodeFailure) {
+        var r = ByteReader(data)
+        bytes = try r.varint()
+        lastModified = Timestamp(milliseconds: try r.signed())
+        try r.expectEnd()
+    }
+}
+
+/// A ``DatasetView`` over the LMDB views inside a write transaction. Reads go to the
+/// transaction; writes collect in memory until ``flush()``, so a write can be checked against
+/// limits before anything is stored.
+struct StoredDatasetView: DatasetView {
+    let txn: Transaction
+    let schema: Schema
+    let streamID: UInt64
+    let stream: StreamName
+    let original: DatasetState?
+    var dataset: DatasetState?
+    private(set) var changed: [String: RecordState] = [:]
+    private var cleared = false
+
+    init(txn: Transaction, schema: Schema, stream: StreamName, streamID: UInt64) throws {
+        self.txn = txn
+        self.schema = schema
+        self.stream = stream
+        self.streamID = streamID
+        original = try txn.get(schema.datasets, key: .bigEndian(streamID)).map { bytes in
+            do { return try DatasetState(decoding: bytes) } catch {
+                throw LedgerError(.corruptData, "dataset view does not decode: \(error)", stream: stream)
+            }
+        }
+        dataset = original
+    }
+
+    func record(_ key: String) throws -> RecordState? {
+        if let hit = changed[key] { return hit }
+        if cleared { return nil }
+        return try storedRecord(key)
+    }
+
+    func storedRecord(_ key: String) throws -> RecordState? {
+        guard let bytes = try txn.get(schema.records, key: Schema.recordKey(stream: streamID, key: key)) else { return nil }
+        do { return try RecordState(decoding: bytes) } catch {
+            throw LedgerError(.corruptData, "record \(quoted(key)) does not decode: \(error)", stream: stream)
+        }
+    }
+
+    mutating func setRecord(_ key: String, _ record: RecordState) throws { changed[key] = record }
+
+    mutating func removeAllRecords() throws {
+        cleared = true
+        changed.removeAll()
+    }
+
+    /// Writes the collected changes: records, dataset metadata and the pool aggregate.
+    func flush() throws {
+        let prefix = [UInt8].bigEndian(streamID)
+        if cleared {
+            try txn.withCursor(schema.records) { cursor in
+                var pair = try cursor.seek(atLeast: prefix)
+                while let current = pair, current.key.starts(with: prefix) {
+                    try cursor.deleteCurrent()
+                    pair = try cursor.seek(atLeast: prefix)
+                }
+            }
+        }
+        for key in changed.keys.sorted() {
+            try txn.put(schema.records, key: Schema.recordKey(stream: streamID, key: key), value: changed[key]!.encoded())
+        }
+        guard let dataset else { return }
+        try txn.put(schema.datasets, key: prefix, value: dataset.encoded())
+        let poolKey = Array(stream.pool.rawValue.utf8)
+        var pool = try txn.get(schema.pools, key: poolKey).map { try PoolState(decoding: $0) }
+            ?? PoolState(bytes: 0, lastModified: dataset.lastModified)
+        pool.bytes = pool.bytes + dataset.bytes - (original?.bytes ?? 0)
+        pool.lastModified = max(pool.lastModified, dataset.lastModified)
+        try txn.put(schema.pools, key: poolKey, value: pool.encoded())
+    }
+}

@@ -1,0 +1,196 @@
+/// The current state of one record in a dataset's view.
+public struct RecordState: Hashable, Sendable {
+    /// The value, or nil when the record was removed (a tombstone).
+    public var value: String?
+    /// The offset of the entry that last changed it.
+    public var syncCount: UInt64
+    /// Server time of the last change.
+    public var lastModified: Timestamp
+    /// Who made the last change.
+    public var lastModifiedBy: String
+    /// The device's own time of the last change, when it sent one.
+    public var deviceModified: Timestamp?
+
+    /// Whether the record was removed.
+    public var isTombstone: Bool { value == nil }
+
+    func encoded() -> [UInt8] {
+        var w = ByteWriter(capacity: 24 + lastModifiedBy.utf8.count + (value?.utf8.count ?? 0))
+        var flags: UInt8 = 0
+        if value == nil { flags |= 1 }
+        if deviceModified != nil { flags |= 2 }
+        w.byte(flags)
+        w.varint(syncCount)
+        w.signed(lastModified.milliseconds)
+        if let deviceModified { w.signed(deviceModified.milliseconds) }
+        w.string(lastModifiedBy)
+        if let value { w.raw(value.utf8) }
+        return w.bytes
+    }
+
+    init(value: String?, syncCount: UInt64, lastModified: Timestamp, lastModifiedBy: String, deviceModified: Timestamp?) {
+        self.value = value
+        self.syncCount = syncCount
+        self.lastModified = lastModified
+        self.lastModifiedBy = lastModifiedBy
+        self.deviceModified = deviceModified
+    }
+
+    init(decoding bytes: [UInt8]) throws(DecodeFailure) {
+        var r = ByteReader(bytes)
+        let flags = try r.byte()
+        guard flags & ~3 == 0 else { throw DecodeFailure(description: "unknown record flags \(flags)") }
+        syncCount = try r.varint()
+        lastModified = Timestamp(milliseconds: try r.signed())
+        deviceModified = flags & 2 != 0 ? Timestamp(milliseconds: try r.signed()) : nil
+        lastModifiedBy = try r.string()
+        if flags & 1 != 0 {
+            try r.expectEnd()
+            value = nil
+        } else {
+            let rest = try r.raw(r.remaining)
+            guard let text = String(validating: rest, as: UTF8.self) else { throw DecodeFailure(description: "record value is not UTF-8") }
+            value = text
+        }
+    }
+}
+
+/// The metadata of one dataset's view.
+public struct DatasetState: Hashable, Sendable {
+    /// The offset of the stream's last entry.
+    public var syncCount: UInt64
+    /// Records with a value (tombstones not counted).
+    public var recordCount: UInt64
+    /// UTF-8 bytes of the keys and values of those records.
+    public var bytes: UInt64
+    /// When the dataset was created (again, after a delete).
+    public var created: Timestamp
+    /// When it last changed.
+    public var lastModified: Timestamp
+    /// Who changed it last.
+    public var lastModifiedBy: String
+    /// Whether its last entry deleted it.
+    public var deleted: Bool
+    /// The offset of its latest delete entry (0 if never deleted).
+    public var lastDeleteSyncCount: UInt64
+
+    func encoded() -> [UInt8] {
+        var w = ByteWriter(capacity: 48 + lastModifiedBy.utf8.count)
+        w.byte(deleted ? 1 : 0)
+        w.varint(syncCount)
+        w.varint(recordCount)
+        w.varint(bytes)
+        w.signed(created.milliseconds)
+        w.signed(lastModified.milliseconds)
+        w.varint(lastDeleteSyncCount)
+        w.string(lastModifiedBy)
+        return w.bytes
+    }
+
+    init(syncCount: UInt64, recordCount: UInt64, bytes: UInt64, created: Timestamp, lastModified: Timestamp, lastModifiedBy: String, deleted: Bool, lastDeleteSyncCount: UInt64) {
+        self.syncCount = syncCount
+        self.recordCount = recordCount
+        self.bytes = bytes
+        self.created = created
+        self.lastModified = lastModified
+        self.lastModifiedBy = lastModifiedBy
+        self.deleted = deleted
+        self.lastDeleteSyncCount = lastDeleteSyncCount
+    }
+
+    init(decoding bytes: [UInt8]) throws(DecodeFailure) {
+        var r = ByteReader(bytes)
+        let flag = try r.byte()
+        guard flag <= 1 else { throw DecodeFailure(description: "unknown dataset flags \(flag)") }
+        deleted = flag == 1
+        syncCount = try r.varint()
+        recordCount = try r.varint()
+        self.bytes = try r.varint()
+        created = Timestamp(milliseconds: try r.signed())
+        lastModified = Timestamp(milliseconds: try r.signed())
+        lastDeleteSyncCount = try r.varint()
+        lastModifiedBy = try r.string()
+        try r.expectEnd()
+    }
+}
+
+/// Read and write access to one dataset's view, as ``apply(_:to:)`` needs it. Implemented over
+/// LMDB (the maintained views) and over memory (replay, verification, tests).
+public protocol DatasetView {
+    /// The dataset's metadata; nil before its first entry.
+    var dataset: DatasetState? { get set }
+    /// The record under `key`, tombstones included.
+    func record(_ key: String) throws -> RecordState?
+    /// Sets the record under `key`.
+    mutating func setRecord(_ key: String, _ record: RecordState) throws
+    /// Removes every record (a dataset delete).
+    mutating func removeAllRecords() throws
+}
+
+/// The one function that turns log entries into state. The write path runs it inside the
+/// append transaction; rebuild, replay and verify run it over the log. It reads nothing but
+/// `view` and `entry`.
+public func apply<View: DatasetView>(_ entry: LogEntry, to view: inout View) throws {
+    var meta = view.dataset ?? DatasetState(
+        syncCount: 0, recordCount: 0, bytes: 0, created: entry.time, lastModified: entry.time,
+        lastModifiedBy: entry.author, deleted: false, lastDeleteSyncCount: 0)
+    for event in entry.events {
+        switch event {
+        case .put(let key, let value, let device):
+            if meta.deleted {
+                meta.deleted = false
+                meta.created = entry.time
+            }
+            if let old = try view.record(key), let oldValue = old.value {
+                meta.bytes -= UInt64(key.utf8.count + oldValue.utf8.count)
+            } else {
+                meta.recordCount += 1
+            }
+            meta.bytes += UInt64(key.utf8.count + value.utf8.count)
+            try view.setRecord(key, RecordState(value: value, syncCount: entry.offset, lastModified: entry.time, lastModifiedBy: entry.author, deviceModified: device))
+        case .remove(let key, let device):
+            if meta.deleted {
+                meta.deleted = false
+                meta.created = entry.time
+            }
+            if let old = try view.record(key), let oldValue = old.value {
+                meta.bytes -= UInt64(key.utf8.count + oldValue.utf8.count)
+                meta.recordCount -= 1
+            }
+            try view.setRecord(key, RecordState(value: nil, syncCount: entry.offset, lastModified: entry.time, lastModifiedBy: entry.author, deviceModified: device))
+        case .deleteDataset:
+            try view.removeAllRecords()
+            meta.recordCount = 0
+            meta.bytes = 0
+            meta.deleted = true
+            meta.lastDeleteSyncCount = entry.offset
+        }
+    }
+    meta.syncCount = entry.offset
+    meta.lastModified = entry.time
+    meta.lastModifiedBy = entry.author
+    view.dataset = meta
+}
+
+/// A dataset's view held in memory: what replay and time travel return.
+public struct MemoryDatasetView: DatasetView, Hashable, Sendable {
+    /// The metadata; nil before the first entry.
+    public var dataset: DatasetState?
+    /// Every record, tombstones included, by key.
+    public var records: [String: RecordState]
+
+    /// An empty view (before the first entry).
+    public init() {
+        dataset = nil
+        records = [:]
+    }
+
+    public func record(_ key: String) throws -> RecordState? { records[key] }
+    public mutating func setRecord(_ key: String, _ record: RecordState) throws { records[key] = record }
+    public mutating func removeAllRecords() throws { records.removeAll() }
+
+    /// The records that have a value, by key.
+    public var liveRecords: [String: String] {
+        records.compactMapValues { $0.value }
+    }
+}

@@ -1,0 +1,172 @@
+import Foundation
+import LedgerStorage
+
+/// The single writer thread: collects waiting callers into one LMDB write transaction and one
+/// commit (group commit). Each caller's work runs in a nested transaction, so one caller's
+/// failure (a conflict, a limit) undoes only its own changes.
+final class GroupCommitWriter: @unchecked Sendable {
+    // @unchecked Sendable: `queue` and `closed` are only touched with `condition` locked; the
+    // environment is Sendable; jobs are @Sendable closures.
+
+    struct Job: Sendable {
+        /// The caller's work, run in its nested transaction on the writer thread.
+        let run: @Sendable (Transaction) throws -> Void
+        /// Called once on the writer thread: nil after the group committed, else the error.
+        let finish: @Sendable ((any Error)?) -> Void
+    }
+
+    /// Statistics a benchmark or metrics endpoint may read.
+    struct Stats: Sendable {
+        var commits: UInt64 = 0
+        var jobs: UInt64 = 0
+        var largestGroup: Int = 0
+    }
+
+    private let environment: Environment
+    private let condition = NSCondition()
+    private var queue: [Job] = []
+    private var closed = false
+    private var statsStore = Stats()
+    private let finished = DispatchSemaphore(value: 0)
+    /// The most callers one transaction takes.
+    let maxGroup: Int
+
+    init(environment: Environment, maxGroup: Int = 1024) {
+        self.environment = environment
+        self.maxGroup = maxGroup
+        let thread = Thread { [self] in self.loop() }
+        thread.name = "syncledger-writer"
+        thread.start()
+    }
+
+    var stats: Stats {
+        condition.lock()
+        defer { condition.unlock() }
+        return statsStore
+    }
+
+    /// Queues `job`. After ``close()`` the job finishes at once with a `.closed` error.
+    func submit(_ job: Job) {
+        condition.lock()
+        if closed {
+            condition.unlock()
+            job.finish(LedgerError(.closed, "the ledger is closed"))
+            return
+        }
+        queue.append(job)
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Runs `body` in its own nested transaction of the next group and returns its result once
+    /// the group is committed (on disk in durable mode).
+    func perform<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let box = ResultBox<T>()
+            submit(Job(run: { txn in box.value = try body(txn) }, finish: { error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: box.value!) }
+            }))
+        }
+    }
+
+    /// ``perform(_:)`` for synchronous callers: blocks the calling thread until committed.
+    ///
+    /// - Warning: Never call this from the writer thread (from inside a job).
+    func performBlocking<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) throws -> T {
+        let box = ResultBox<T>()
+        let done = DispatchSemaphore(value: 0)
+        submit(Job(run: { txn in box.value = try body(txn) }, finish: { error in
+            box.error = error
+            done.signal()
+        }))
+        done.wait()
+        if let error = box.error { throw error }
+        return box.value!
+    }
+
+    /// Finishes the queued jobs, then stops the thread. Later submissions fail with `.closed`.
+    func close() {
+        condition.lock()
+        if closed {
+            condition.unlock()
+            return
+        }
+        closed = true
+        condition.signal()
+        condition.unlock()
+        finished.wait()
+    }
+
+    private func loop() {
+        while true {
+            condition.lock()
+            while queue.isEmpty && !closed { condition.wait() }
+            if queue.isEmpty && closed {
+                condition.unlock()
+                finished.signal()
+                return
+            }
+            let group = Array(queue.prefix(maxGroup))
+            queue.removeFirst(group.count)
+            condition.unlock()
+            commit(group)
+        }
+    }
+
+    private func commit(_ group: [Job]) {
+        var outcomes = [(any Error)?](repeating: nil, count: group.count)
+        do {
+            try environment.write { txn in
+                if group.count == 1 {
+                    // One caller: its own transaction is the group's; a failure aborts both.
+                    try group[0].run(txn)
+                    outcomes[0] = nil
+                    return
+                }
+                for (i, job) in group.enumerated() {
+                    do {
+                        try txn.nested(job.run)
+                        outcomes[i] = nil
+                    } catch let error as LMDBError where error == .mapFull || error.isDiskFull || error.isCorruption {
+                        throw error  // the whole group: grow and retry, or fail together
+                    } catch {
+                        outcomes[i] = error
+                    }
+                }
+            }
+        } catch {
+            let mapped = Self.mapStorageError(error)
+            if group.count == 1 {
+                outcomes[0] = mapped
+            } else {
+                for i in outcomes.indices where outcomes[i] == nil { outcomes[i] = mapped }
+            }
+        }
+        condition.lock()
+        statsStore.commits += 1
+        statsStore.jobs += UInt64(group.count)
+        statsStore.largestGroup = max(statsStore.largestGroup, group.count)
+        condition.unlock()
+        for (job, outcome) in zip(group, outcomes) { job.finish(outcome) }
+    }
+
+    /// Turns LMDB errors into ``LedgerError``s that say what happened.
+    static func mapStorageError(_ error: any Error) -> any Error {
+        guard let lmdb = error as? LMDBError else { return error }
+        if lmdb.isDiskFull {
+            return LedgerError(.diskFull, "the disk is full; nothing of this write was stored", underlying: lmdb)
+        }
+        if lmdb.isCorruption {
+            return LedgerError(.corruptData, "the data file is damaged", underlying: lmdb)
+        }
+        return LedgerError(.storage, "storage failed: \(lmdb)", underlying: lmdb)
+    }
+}
+
+/// Carries a job's result from the writer thread to its caller.
+private final class ResultBox<T>: @unchecked Sendable {
+    // @unchecked Sendable: written on the writer thread before `finish` is called, read by the
+    // caller only after `finish` resumed it (the continuation/semaphore orders the accesses).
+    var value: T?
+    var error: (any Error)?
+}
