@@ -164,7 +164,9 @@ public struct Cursor: ~Copyable {
     /// Moves to the previous pair.
     public func previous() throws -> Pair? { try move(MDB_PREV) }
     /// Moves to the first pair whose key is ≥ `key`. C: `MDB_SET_RANGE`.
-    public func seek(atLeast key: [UInt8]) throws -> Pair? { try move(MDB_SET_RANGE, key: key) }
+    public func seek(atLeast key: [UInt8]) throws -> Pair? {
+        key.isEmpty ? try first() : try move(MDB_SET_RANGE, key: key)
+    }
 
     /// Deletes the pair at the cursor; the next ``next()`` returns the pair after it.
     public func deleteCurrent() throws {

@@ -218,12 +218,12 @@ extension Ledger {
             try txn.withCursor(schema.records) { cursor in
                 var pair = try cursor.seek(atLeast: prefix)
                 while let current = pair, current.key.starts(with: prefix) {
-                    let state: RecordState
-                    do { state = try RecordState(decoding: current.value) } catch {
+                    let (key, state): (String, RecordState)
+                    do { (key, state) = try Schema.decodeRecord(key: current.key, value: current.value) } catch {
                         throw LedgerError(.corruptData, "a record does not decode: \(error)", stream: stream)
                     }
                     if state.syncCount > after {
-                        result.append(Record(key: String(decoding: current.key[8...], as: UTF8.self), state: state))
+                        result.append(Record(key: key, state: state))
                     }
                     pair = try cursor.next()
                 }

@@ -1,4 +1,5 @@
 import LedgerStorage
+import Crypto
 
 /// The named LMDB databases of a ledger and the layout of their keys. See docs/storage-format.md.
 struct Schema: Sendable {
@@ -39,11 +40,36 @@ struct Schema: Sendable {
     /// The databases that hold views (rebuilt from the log).
     var views: [Database] { [records, datasets, pools] }
 
+    /// Keys longer than this many UTF-8 bytes do not fit an LMDB key (511 bytes) whole.
+    static let maxInlineKeyBytes = 400
+
+    /// stream id ‖ UTF-8 key; for a key over ``maxInlineKeyBytes``: stream id ‖ its first 400
+    /// bytes ‖ 0xFF (never in UTF-8) ‖ SHA-256 of the whole key, which is then kept in the value.
     static func recordKey(stream id: UInt64, key: String) -> [UInt8] {
-        var w = ByteWriter(capacity: 8 + key.utf8.count)
+        var w = ByteWriter(capacity: 8 + min(key.utf8.count, maxInlineKeyBytes + 33))
         w.fixed64(id)
-        w.raw(key.utf8)
+        if key.utf8.count <= maxInlineKeyBytes {
+            w.raw(key.utf8)
+        } else {
+            w.raw(key.utf8.prefix(maxInlineKeyBytes))
+            w.byte(0xFF)
+            w.raw(SHA256.hash(data: Array(key.utf8)))
+        }
         return w.bytes
+    }
+
+    /// Whether a record key is stored in the long form (whole key in the value).
+    static func isLong(_ key: String) -> Bool { key.utf8.count > maxInlineKeyBytes }
+
+    /// Decodes a stored record pair into its key and state.
+    static func decodeRecord(key storedKey: [UInt8], value: [UInt8]) throws(DecodeFailure) -> (String, RecordState) {
+        var fullKey: String?
+        let state = try RecordState(decoding: value, fullKey: &fullKey)
+        if let fullKey { return (fullKey, state) }
+        guard storedKey.count >= 8, let key = String(validating: storedKey[8...], as: UTF8.self) else {
+            throw DecodeFailure(description: "record key is not UTF-8")
+        }
+        return (key, state)
     }
 
     static func indexKey(stream id: UInt64, offset: UInt64) -> [UInt8] {
@@ -170,7 +196,7 @@ struct StoredDatasetView: DatasetView {
             }
         }
         for key in changed.keys.sorted() {
-            try txn.put(schema.records, key: Schema.recordKey(stream: streamID, key: key), value: changed[key]!.encoded())
+            try txn.put(schema.records, key: Schema.recordKey(stream: streamID, key: key), value: changed[key]!.encoded(fullKey: Schema.isLong(key) ? key : nil))
         }
         guard let dataset else { return }
         try txn.put(schema.datasets, key: prefix, value: dataset.encoded())

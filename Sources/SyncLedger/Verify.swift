@@ -161,9 +161,10 @@ extension Ledger {
         try txn.withCursor(schema.records) { cursor in
             var pair = try cursor.seek(atLeast: prefix)
             while let current = pair, current.key.starts(with: prefix) {
-                let key = String(decoding: current.key[8...], as: UTF8.self)
-                let record = try? RecordState(decoding: current.value)
-                guard record != nil, record == view.records[key] else {
+                guard let (key, record) = try? Schema.decodeRecord(key: current.key, value: current.value) else {
+                    throw fail("a stored record does not decode")
+                }
+                guard record == view.records[key], current.key == Schema.recordKey(stream: id, key: key) else {
                     throw fail("the view of record \(quoted(key)) differs from the replayed log")
                 }
                 seen += 1

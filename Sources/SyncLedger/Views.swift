@@ -14,16 +14,20 @@ public struct RecordState: Hashable, Sendable {
     /// Whether the record was removed.
     public var isTombstone: Bool { value == nil }
 
-    func encoded() -> [UInt8] {
-        var w = ByteWriter(capacity: 24 + lastModifiedBy.utf8.count + (value?.utf8.count ?? 0))
+    /// The stored form. `fullKey` is set for keys too long for an LMDB key (see
+    /// ``Schema/recordKey(stream:key:)``), which are kept whole in the value.
+    func encoded(fullKey: String? = nil) -> [UInt8] {
+        var w = ByteWriter(capacity: 24 + lastModifiedBy.utf8.count + (value?.utf8.count ?? 0) + (fullKey?.utf8.count ?? 0))
         var flags: UInt8 = 0
         if value == nil { flags |= 1 }
         if deviceModified != nil { flags |= 2 }
+        if fullKey != nil { flags |= 4 }
         w.byte(flags)
         w.varint(syncCount)
         w.signed(lastModified.milliseconds)
         if let deviceModified { w.signed(deviceModified.milliseconds) }
         w.string(lastModifiedBy)
+        if let fullKey { w.string(fullKey) }
         if let value { w.raw(value.utf8) }
         return w.bytes
     }
@@ -37,13 +41,20 @@ public struct RecordState: Hashable, Sendable {
     }
 
     init(decoding bytes: [UInt8]) throws(DecodeFailure) {
+        var ignored: String?
+        try self.init(decoding: bytes, fullKey: &ignored)
+    }
+
+    /// Decodes the stored form; `fullKey` receives the key when the value holds it.
+    init(decoding bytes: [UInt8], fullKey: inout String?) throws(DecodeFailure) {
         var r = ByteReader(bytes)
         let flags = try r.byte()
-        guard flags & ~3 == 0 else { throw DecodeFailure(description: "unknown record flags \(flags)") }
+        guard flags & ~7 == 0 else { throw DecodeFailure(description: "unknown record flags \(flags)") }
         syncCount = try r.varint()
         lastModified = Timestamp(milliseconds: try r.signed())
         deviceModified = flags & 2 != 0 ? Timestamp(milliseconds: try r.signed()) : nil
         lastModifiedBy = try r.string()
+        fullKey = flags & 4 != 0 ? try r.string() : nil
         if flags & 1 != 0 {
             try r.expectEnd()
             value = nil
