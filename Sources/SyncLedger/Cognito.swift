@@ -438,25 +438,23 @@ extension Ledger {
 
     /// The pool's sync sessions, bytes and last change.
     /// - Throws: `.notFound` when the pool has neither data nor sessions.
-    public func poolUsage(_ pool: IdentityPoolID) throws -> PoolUsage {
-        let pending = pendingSessions.withLock { $0[pool.rawValue] ?? 0 }
-        return try read { txn in
-            let key = Array(pool.rawValue.utf8)
-            let state = try txn.get(schema.pools, key: key).map { bytes in
+    public func poolUsage(_ pool: IdentityPoolID) async throws -> PoolUsage {
+        let sessions = try await sessionCount(pool: pool)
+        let state = try read { txn in
+            try txn.get(schema.pools, key: Array(pool.rawValue.utf8)).map { bytes in
                 do { return try PoolState(decoding: bytes) } catch {
                     throw LedgerError(.corruptData, "pool view of \(pool) does not decode: \(error)")
                 }
             }
-            let stored = try txn.get(schema.sessions, key: key)
-            guard state != nil || stored != nil || pending > 0 else {
-                throw LedgerError(.notFound, "identity pool \(pool) has no data")
-            }
-            return PoolUsage(pool: pool, syncSessionsCount: (stored?.bigEndianUInt64() ?? 0) + pending, dataStorage: state?.bytes ?? 0, lastModified: state?.lastModified)
         }
+        guard state != nil || sessions > 0 else {
+            throw LedgerError(.notFound, "identity pool \(pool) has no data")
+        }
+        return PoolUsage(pool: pool, syncSessionsCount: sessions, dataStorage: state?.bytes ?? 0, lastModified: state?.lastModified)
     }
 
     /// The pools this ledger knows (with data or sessions), by id, paged.
-    public func listPools(maxResults: Int = 60, nextToken: String? = nil) throws -> (pools: [PoolUsage], nextToken: String?) {
+    public func listPools(maxResults: Int = 60, nextToken: String? = nil) async throws -> (pools: [PoolUsage], nextToken: String?) {
         guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "maxResults must be at least 1, not \(maxResults)") }
         var after: String?
         if let nextToken {
@@ -480,7 +478,7 @@ extension Ledger {
         let sorted = names.filter { after == nil || $0 > after! }.sorted()
         var pools: [PoolUsage] = []
         for name in sorted.prefix(maxResults) {
-            pools.append(try poolUsage(try IdentityPoolID(name)))
+            pools.append(try await poolUsage(try IdentityPoolID(name)))
         }
         let token = sorted.count > maxResults ? SignedToken.sign(Array(sorted[maxResults - 1].utf8), kind: .poolsPage, key: tokenKey) : nil
         return (pools, token)

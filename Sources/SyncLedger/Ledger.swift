@@ -3,6 +3,12 @@ import LedgerStorage
 import Crypto
 import Synchronization
 
+/// Sync sessions issued but not yet stored, by pool.
+final class PendingSessions: Sendable {
+    private let counts = Mutex<[String: UInt64]>([:])
+    func withLock<T: Sendable>(_ body: (inout [String: UInt64]) -> T) -> T { counts.withLock { body(&$0) } }
+}
+
 /// Cognito Sync's limits, configurable. Exceeding one is a `.limitExceeded` error and nothing
 /// is written.
 public struct Limits: Sendable, Equatable {
@@ -54,7 +60,7 @@ public final class Ledger: Sendable {
     public let options: LedgerOptions
     let tokenKey: SymmetricKey
     /// Sync sessions issued but not yet counted on disk, by pool.
-    let pendingSessions = Mutex<[String: UInt64]>([:])
+    let pendingSessions = PendingSessions()
 
     /// The data directory.
     public var directory: String { environment.path }

@@ -99,15 +99,17 @@ extension Ledger {
         if due { flushSessionCounts(wait: false) }
     }
 
-    /// Adds the pending session counts to the stored ones.
+    /// Adds the pending session counts to the stored ones. The counts leave memory inside the
+    /// writer's transaction, so a reader on the writer thread (``poolUsage(_:)``) sees each
+    /// session exactly once.
     func flushSessionCounts(wait: Bool) {
-        let counts = pendingSessions.withLock { pending -> [String: UInt64] in
-            defer { pending.removeAll() }
-            return pending
-        }
-        guard !counts.isEmpty else { return }
         let schema = self.schema
+        let pendingSessions = self.pendingSessions
         let job: @Sendable (LedgerStorage.Transaction) throws -> Void = { txn in
+            let counts = pendingSessions.withLock { pending -> [String: UInt64] in
+                defer { pending.removeAll() }
+                return pending
+            }
             for (pool, count) in counts {
                 let key = Array(pool.utf8)
                 let stored = try txn.get(schema.sessions, key: key)?.bigEndianUInt64() ?? 0
@@ -118,6 +120,16 @@ extension Ledger {
             _ = try? writer.performBlocking(job)
         } else {
             writer.submit(.init(run: job, finish: { _ in }))
+        }
+    }
+
+    /// Sessions counted for `pool`: stored plus pending, read on the writer thread.
+    func sessionCount(pool: IdentityPoolID) async throws -> UInt64 {
+        let schema = self.schema
+        let pendingSessions = self.pendingSessions
+        return try await write { txn in
+            let stored = try txn.get(schema.sessions, key: Array(pool.rawValue.utf8))?.bigEndianUInt64() ?? 0
+            return stored + pendingSessions.withLock { $0[pool.rawValue] ?? 0 }
         }
     }
 }
