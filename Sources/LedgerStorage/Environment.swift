@@ -81,6 +81,22 @@ public final class Environment: @unchecked Sendable {
         return (info.me_last_pgno + 1) * Int(stat.ms_psize)
     }
 
+    /// Whether the file system holding the environment, or this process's file-size limit
+    /// (`RLIMIT_FSIZE`), leaves less than `margin` bytes to grow into.
+    ///
+    /// LMDB reports a short write — what a full disk usually causes — as `EIO`, so a failed
+    /// commit is checked against this to tell a full disk from a failing one.
+    public func isOutOfSpace(margin: UInt64 = 16 << 20) -> Bool {
+        var fs = statvfs()
+        if statvfs(path, &fs) == 0, UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < margin { return true }
+        var limit = rlimit()
+        if getrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max {
+            var file = stat()
+            if stat(path + "/data.mdb", &file) == 0, UInt64(file.st_size) + margin > UInt64(limit.rlim_cur) { return true }
+        }
+        return false
+    }
+
     /// Flushes the data file to disk (`mdb_env_sync(force: 1)`); useful in non-durable mode.
     public func sync() throws {
         try check(mdb_env_sync(handle, 1))

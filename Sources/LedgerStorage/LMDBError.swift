@@ -47,11 +47,13 @@ public struct LMDBError: Error, RawRepresentable, Hashable, Sendable, CustomStri
     public static let noSpace = LMDBError(rawValue: ENOSPC)
     /// The disk quota is exhausted. C: `EDQUOT`.
     public static let quotaExceeded = LMDBError(rawValue: EDQUOT)
+    /// The file may not grow (e.g. `RLIMIT_FSIZE`). C: `EFBIG`.
+    public static let fileTooLarge = LMDBError(rawValue: EFBIG)
     /// An I/O error. C: `EIO`.
     public static let io = LMDBError(rawValue: EIO)
 
-    /// Whether this error means the disk (or the quota) is full.
-    public var isDiskFull: Bool { self == .noSpace || self == .quotaExceeded }
+    /// Whether this error means the disk, the quota or the allowed file size is full.
+    public var isDiskFull: Bool { self == .noSpace || self == .quotaExceeded || self == .fileTooLarge }
 
     /// Whether this error means the data file is damaged.
     public var isCorruption: Bool {

@@ -135,7 +135,10 @@ final class GroupCommitWriter: @unchecked Sendable {
                 }
             }
         } catch {
-            let mapped = Self.mapStorageError(error)
+            var mapped = Self.mapStorageError(error)
+            if let lmdb = error as? LMDBError, lmdb == .io, environment.isOutOfSpace() {
+                mapped = LedgerError(.diskFull, "the disk is full (a short write); nothing of this write was stored", underlying: lmdb)
+            }
             if group.count == 1 {
                 outcomes[0] = mapped
             } else {
