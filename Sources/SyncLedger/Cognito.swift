@@ -143,6 +143,7 @@ extension Ledger {
     /// is fewer.
     /// - Throws: `.invalidParameter` for a bad `maxResults` or a foreign or altered `nextToken`.
     public func listRecords(_ stream: StreamName, after lastSyncCount: UInt64 = 0, maxResults: Int = 1024, nextToken: String? = nil) throws -> RecordsPage {
+        try Self.requireUserIdentity(stream.identity)
         guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "maxResults must be at least 1, not \(maxResults)", stream: stream) }
         var resume: (syncCount: UInt64, key: String)?
         if let nextToken {
@@ -248,6 +249,7 @@ extension Ledger {
     ///   `.limitExceeded`, `.invalidParameter`, `.invalidSessionToken`, `.diskFull`; in every
     ///   case nothing was written.
     public func updateRecords(_ stream: StreamName, patches: [RecordPatch], deviceID: String? = nil, caller: String? = nil, sessionToken: String?) async throws -> UpdateResult {
+        try Self.requireUserIdentity(stream.identity)
         try checkSessionToken(sessionToken, for: stream)
         let events = try events(for: patches, stream: stream)
         let author = deviceID ?? caller ?? stream.identity.rawValue
@@ -360,6 +362,7 @@ extension Ledger {
     /// - Throws: `.notFound` when the dataset does not exist or is already deleted.
     @discardableResult
     public func deleteDataset(_ stream: StreamName, caller: String? = nil) async throws -> DatasetDescription {
+        try Self.requireUserIdentity(stream.identity)
         let author = caller ?? stream.identity.rawValue
         return try await write { [self] txn in
             var before: DatasetState?
@@ -378,7 +381,8 @@ extension Ledger {
     /// The dataset's metadata.
     /// - Throws: `.notFound` when it does not exist or was deleted.
     public func describeDataset(_ stream: StreamName) throws -> DatasetDescription {
-        try read { txn in
+        try Self.requireUserIdentity(stream.identity)
+        return try read { txn in
             guard let head = try head(txn, stream), let meta = try dataset(txn, id: head.id, stream: stream), !meta.deleted else {
                 throw LedgerError(.notFound, "dataset \(stream.dataset) does not exist", stream: stream)
             }
@@ -388,6 +392,7 @@ extension Ledger {
 
     /// The identity's datasets that exist, by name, paged.
     public func listDatasets(pool: IdentityPoolID, identity: IdentityID, maxResults: Int = 20, nextToken: String? = nil) throws -> DatasetsPage {
+        try Self.requireUserIdentity(identity)
         guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "maxResults must be at least 1, not \(maxResults)") }
         let prefix = StreamName.prefix(pool: pool, identity: identity)
         var start: [UInt8]?
@@ -417,7 +422,8 @@ extension Ledger {
     /// The identity's dataset count, bytes and last change.
     /// - Throws: `.notFound` when the identity has never written.
     public func identityUsage(pool: IdentityPoolID, identity: IdentityID) throws -> IdentityUsage {
-        try read { txn in
+        try Self.requireUserIdentity(identity)
+        return try read { txn in
             var count = 0
             var bytes: UInt64 = 0
             var last: Timestamp?

@@ -6,7 +6,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case invalidParameter, notFound, conflict, limitExceeded, invalidSessionToken
-            case corruptData, unsupportedFormat, diskFull, storage, closed
+            case corruptData, unsupportedFormat, diskFull, storage, closed, duplicateRequest, alreadyStreamed
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -31,6 +31,10 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public static let storage = Code(.storage)
         /// The ledger was closed.
         public static let closed = Code(.closed)
+        /// The same request is already running (a bulk publish).
+        public static let duplicateRequest = Code(.duplicateRequest)
+        /// The pool was bulk-published less than 24 hours ago.
+        public static let alreadyStreamed = Code(.alreadyStreamed)
 
         public var description: String { base.rawValue }
     }

@@ -200,6 +200,7 @@ struct StoredDatasetView: DatasetView {
         }
         guard let dataset else { return }
         try txn.put(schema.datasets, key: prefix, value: dataset.encoded())
+        guard stream.identity != Ledger.systemIdentity else { return }  // not user data
         let poolKey = Array(stream.pool.rawValue.utf8)
         var pool = try txn.get(schema.pools, key: poolKey).map { try PoolState(decoding: $0) }
             ?? PoolState(bytes: 0, lastModified: dataset.lastModified)

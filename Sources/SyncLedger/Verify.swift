@@ -181,7 +181,7 @@ extension Ledger {
         try read { txn in
             var expected: [String: PoolState] = [:]
             try forEachStream(txn, prefix: []) { stream, head in
-                guard let meta = try dataset(txn, id: head.id, stream: stream) else { return true }
+                guard stream.identity != Ledger.systemIdentity, let meta = try dataset(txn, id: head.id, stream: stream) else { return true }
                 var pool = expected[stream.pool.rawValue] ?? PoolState(bytes: 0, lastModified: meta.lastModified)
                 pool.bytes += meta.bytes
                 pool.lastModified = max(pool.lastModified, meta.lastModified)

@@ -1,0 +1,319 @@
+import Foundation
+import LedgerStorage
+
+/// A push platform a device registers with (Cognito's `Platform`).
+public enum Platform: String, Sendable, Hashable, Codable, CaseIterable {
+    /// Apple Push Notification service.
+    case apns = "APNS"
+    /// Apple's sandbox.
+    case apnsSandbox = "APNS_SANDBOX"
+    /// Firebase / Google Cloud Messaging.
+    case gcm = "GCM"
+    /// Amazon Device Messaging.
+    case adm = "ADM"
+}
+
+/// A registered device: where a silent push for an identity's datasets goes.
+public struct Device: Sendable, Hashable, Codable {
+    /// The id RegisterDevice returned.
+    public let id: String
+    /// The identity that registered it.
+    public let identity: String
+    /// Its push platform.
+    public let platform: Platform
+    /// Its push token.
+    public let token: String
+}
+
+/// An identity pool's push-sync configuration (Cognito's `PushSync`).
+public struct PushSyncConfiguration: Sendable, Hashable, Codable {
+    /// SNS platform application ARNs.
+    public var applicationArns: [String]?
+    /// The role Cognito would assume to publish.
+    public var roleArn: String?
+
+    /// A configuration.
+    public init(applicationArns: [String]? = nil, roleArn: String? = nil) {
+        self.applicationArns = applicationArns
+        self.roleArn = roleArn
+    }
+}
+
+/// An identity pool's stream configuration (Cognito's `CognitoStreams`).
+public struct StreamsConfiguration: Sendable, Hashable, Codable {
+    /// Where changes are streamed to.
+    public var streamName: String?
+    /// The role to assume for it.
+    public var roleArn: String?
+    /// `ENABLED` or `DISABLED`.
+    public var streamingStatus: String?
+
+    /// A configuration.
+    public init(streamName: String? = nil, roleArn: String? = nil, streamingStatus: String? = nil) {
+        self.streamName = streamName
+        self.roleArn = roleArn
+        self.streamingStatus = streamingStatus
+    }
+}
+
+/// What GetIdentityPoolConfiguration returns.
+public struct PoolConfiguration: Sendable, Hashable, Codable {
+    /// Push sync, when configured.
+    public var pushSync: PushSyncConfiguration?
+    /// Cognito streams, when configured.
+    public var cognitoStreams: StreamsConfiguration?
+
+    /// A configuration.
+    public init(pushSync: PushSyncConfiguration? = nil, cognitoStreams: StreamsConfiguration? = nil) {
+        self.pushSync = pushSync
+        self.cognitoStreams = cognitoStreams
+    }
+}
+
+/// The state of an identity pool's bulk publish (Cognito's status machine).
+public struct BulkPublishDetails: Sendable, Hashable, Codable {
+    /// `NOT_STARTED`, `IN_PROGRESS`, `FAILED` or `SUCCEEDED`.
+    public var status: String
+    /// When the latest one started.
+    public var started: Timestamp?
+    /// When it completed.
+    public var completed: Timestamp?
+    /// Why it failed.
+    public var failureMessage: String?
+}
+
+extension Timestamp: Codable {
+    public init(from decoder: any Decoder) throws { self.init(milliseconds: try decoder.singleValueContainer().decode(Int64.self)) }
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(milliseconds)
+    }
+}
+
+/// Devices, subscriptions, pool configuration, Cognito events and bulk-publish state live in
+/// system streams of each pool — identity `_syncledger:0` — so they are versioned, hashed and
+/// replicated like every dataset. That identity is reserved: the Cognito API refuses it.
+extension Ledger {
+    /// The reserved identity that owns a pool's system streams.
+    public static let systemIdentity = try! IdentityID("_syncledger:0")
+
+    static func systemStream(_ pool: IdentityPoolID, _ name: String) -> StreamName {
+        StreamName(pool: pool, identity: systemIdentity, dataset: try! DatasetName(name))
+    }
+
+    /// Refuses the reserved identity in the public API.
+    static func requireUserIdentity(_ identity: IdentityID) throws(LedgerError) {
+        if identity == systemIdentity {
+            throw LedgerError(.invalidParameter, "identity id \(identity) is reserved for SyncLedger's own records")
+        }
+    }
+
+    /// Reads one record of a stream (nil when absent or removed).
+    func recordValue(_ stream: StreamName, key: String) throws -> String? {
+        try read { txn in
+            guard let head = try head(txn, stream) else { return nil }
+            let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: head.id)
+            return try view.storedRecord(key)?.value
+        }
+    }
+
+    /// The live records of `stream` whose keys start with `prefix` (at most 400 UTF-8 bytes,
+    /// so that it is stored inline in every matching key), in key order.
+    func records(_ stream: StreamName, prefix: String) throws -> [(String, String)] {
+        precondition(prefix.utf8.count <= Schema.maxInlineKeyBytes)
+        return try read { txn in
+            guard let head = try head(txn, stream) else { return [] }
+            let start = Schema.recordKey(stream: head.id, key: prefix)
+            var result: [(String, String)] = []
+            try txn.withCursor(schema.records) { cursor in
+                var pair = try cursor.seek(atLeast: start)
+                while let current = pair, current.key.starts(with: start) {
+                    guard let (key, state) = try? Schema.decodeRecord(key: current.key, value: current.value) else {
+                        throw LedgerError(.corruptData, "a record does not decode", stream: stream)
+                    }
+                    if let value = state.value { result.append((key, value)) }
+                    pair = try cursor.next()
+                }
+            }
+            return result
+        }
+    }
+
+    /// Appends `events` to a system stream; `check` sees its view first.
+    func appendSystem(_ stream: StreamName, author: String, events: @escaping @Sendable (StoredDatasetView) throws -> [Event]) async throws {
+        try await write { [self] txn in
+            let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: try head(txn, stream)?.id ?? 0)
+            let list = try events(view)
+            guard !list.isEmpty else { return }
+            _ = try self.append(txn, to: stream, author: author, events: list)
+        }
+    }
+
+    private static let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys]
+        return e
+    }()
+
+    static func json(_ value: some Encodable) -> String {
+        String(decoding: try! encoder.encode(value), as: UTF8.self)
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ text: String, stream: StreamName) throws -> T {
+        do { return try JSONDecoder().decode(type, from: Data(text.utf8)) } catch {
+            throw LedgerError(.corruptData, "a stored \(type) does not decode: \(error)", stream: stream)
+        }
+    }
+
+    // MARK: Devices
+
+    /// Registers a device for push sync and returns its id; the same token registered again for
+    /// the same identity and platform returns the same id.
+    public func registerDevice(pool: IdentityPoolID, identity: IdentityID, platform: Platform, token: String) async throws -> String {
+        try Self.requireUserIdentity(identity)
+        guard !token.isEmpty, token.utf8.count <= 4096 else {
+            throw LedgerError(.invalidParameter, "a push token must be 1-4096 bytes, not \(token.utf8.count)")
+        }
+        let stream = Self.systemStream(pool, "devices")
+        let tokenKey = "token/\(identity)/\(platform.rawValue)/\(token)"
+        let fresh = UUID().uuidString.lowercased()
+        let id = Mutex<String>(fresh)
+        try await appendSystem(stream, author: identity.rawValue) { view in
+            if let existing = try view.record(tokenKey)?.value {
+                id.withLock { $0 = existing }
+                return []
+            }
+            let device = Device(id: fresh, identity: identity.rawValue, platform: platform, token: token)
+            return [
+                .put(key: "device/\(fresh)", value: Self.json(device), deviceModified: nil),
+                .put(key: tokenKey, value: fresh, deviceModified: nil),
+            ]
+        }
+        return id.withLock { $0 }
+    }
+
+    /// The device registered in `pool` under `id`, or nil.
+    public func device(pool: IdentityPoolID, id: String) throws -> Device? {
+        let stream = Self.systemStream(pool, "devices")
+        return try recordValue(stream, key: "device/\(id)").map { try Self.decode(Device.self, $0, stream: stream) }
+    }
+
+    /// Subscribes a device of the dataset's identity to the dataset's changes.
+    /// - Throws: `.notFound` when the device is not registered to that identity.
+    public func subscribe(_ dataset: StreamName, deviceID: String) async throws {
+        try await setSubscription(dataset, deviceID: deviceID, on: true)
+    }
+
+    /// Ends a subscription.
+    /// - Throws: `.notFound` when the device is not registered to that identity.
+    public func unsubscribe(_ dataset: StreamName, deviceID: String) async throws {
+        try await setSubscription(dataset, deviceID: deviceID, on: false)
+    }
+
+    private func setSubscription(_ dataset: StreamName, deviceID: String, on: Bool) async throws {
+        try Self.requireUserIdentity(dataset.identity)
+        guard let device = try device(pool: dataset.pool, id: deviceID), device.identity == dataset.identity.rawValue else {
+            throw LedgerError(.notFound, "device \(quoted(deviceID)) is not registered to identity \(dataset.identity)", stream: dataset)
+        }
+        let key = "\(dataset.identity)/\(dataset.dataset)/\(deviceID)"
+        try await appendSystem(Self.systemStream(dataset.pool, "subscriptions"), author: dataset.identity.rawValue) { view in
+            let subscribed = try view.record(key)?.value != nil
+            if subscribed == on { return [] }
+            return [on ? .put(key: key, value: device.platform.rawValue, deviceModified: nil) : .remove(key: key, deviceModified: nil)]
+        }
+    }
+
+    /// The devices subscribed to `dataset`.
+    public func subscribers(of dataset: StreamName) throws -> [Device] {
+        let rows = try records(Self.systemStream(dataset.pool, "subscriptions"), prefix: "\(dataset.identity)/\(dataset.dataset)/")
+        return try rows.compactMap { key, _ in
+            try device(pool: dataset.pool, id: String(key.split(separator: "/").last ?? ""))
+        }
+    }
+
+    // MARK: Pool configuration and events
+
+    /// The pool's push-sync and streams configuration (empty when never set).
+    public func poolConfiguration(_ pool: IdentityPoolID) throws -> PoolConfiguration {
+        let stream = Self.systemStream(pool, "configuration")
+        return try recordValue(stream, key: "configuration").map { try Self.decode(PoolConfiguration.self, $0, stream: stream) } ?? PoolConfiguration()
+    }
+
+    /// Sets the parts of the configuration given (nil keeps the stored part) and returns the
+    /// result. Every change is an entry of the pool's `configuration` stream.
+    public func setPoolConfiguration(_ pool: IdentityPoolID, pushSync: PushSyncConfiguration?, cognitoStreams: StreamsConfiguration?, caller: String) async throws -> PoolConfiguration {
+        let stream = Self.systemStream(pool, "configuration")
+        let result = Mutex(PoolConfiguration())
+        try await appendSystem(stream, author: caller) { view in
+            var config = try view.record("configuration")?.value.map { try Self.decode(PoolConfiguration.self, $0, stream: stream) } ?? PoolConfiguration()
+            if let pushSync { config.pushSync = pushSync }
+            if let cognitoStreams { config.cognitoStreams = cognitoStreams }
+            result.withLock { $0 = config }
+            return [.put(key: "configuration", value: Self.json(config), deviceModified: nil)]
+        }
+        return result.withLock { $0 }
+    }
+
+    /// The pool's Cognito events (event type → Lambda ARN).
+    public func cognitoEvents(_ pool: IdentityPoolID) throws -> [String: String] {
+        let stream = Self.systemStream(pool, "configuration")
+        return try recordValue(stream, key: "events").map { try Self.decode([String: String].self, $0, stream: stream) } ?? [:]
+    }
+
+    /// Replaces the pool's Cognito events.
+    public func setCognitoEvents(_ pool: IdentityPoolID, _ events: [String: String], caller: String) async throws {
+        try await appendSystem(Self.systemStream(pool, "configuration"), author: caller) { _ in
+            [.put(key: "events", value: Self.json(events), deviceModified: nil)]
+        }
+    }
+
+    // MARK: Bulk publish
+
+    /// The pool's bulk-publish state.
+    public func bulkPublishDetails(_ pool: IdentityPoolID) throws -> BulkPublishDetails {
+        let stream = Self.systemStream(pool, "configuration")
+        return try recordValue(stream, key: "bulk-publish").map { try Self.decode(BulkPublishDetails.self, $0, stream: stream) }
+            ?? BulkPublishDetails(status: "NOT_STARTED")
+    }
+
+    /// Starts a bulk publish: `IN_PROGRESS` now.
+    ///
+    /// - Throws: `.invalidParameter` when the pool has no CognitoStreams stream configured;
+    ///   `.duplicateRequest` while one is in progress; `.alreadyStreamed` within 24 hours of
+    ///   one that succeeded.
+    public func beginBulkPublish(_ pool: IdentityPoolID, caller: String) async throws {
+        let stream = Self.systemStream(pool, "configuration")
+        let now = options.clock()
+        try await appendSystem(stream, author: caller) { view in
+            let config = try view.record("configuration")?.value.map { try Self.decode(PoolConfiguration.self, $0, stream: stream) }
+            guard config?.cognitoStreams?.streamName != nil else {
+                throw LedgerError(.invalidParameter, "identity pool \(pool) has no CognitoStreams stream configured")
+            }
+            let state = try view.record("bulk-publish")?.value.map { try Self.decode(BulkPublishDetails.self, $0, stream: stream) }
+            if state?.status == "IN_PROGRESS" {
+                throw LedgerError(.duplicateRequest, "a bulk publish of identity pool \(pool) is in progress")
+            }
+            if state?.status == "SUCCEEDED", let done = state?.completed, now.milliseconds - done.milliseconds < 86_400_000 {
+                throw LedgerError(.alreadyStreamed, "identity pool \(pool) was bulk-published at \(done); once per 24 hours")
+            }
+            return [.put(key: "bulk-publish", value: Self.json(BulkPublishDetails(status: "IN_PROGRESS", started: now)), deviceModified: nil)]
+        }
+    }
+
+    /// Ends the running bulk publish as `SUCCEEDED` or, with a message, `FAILED`.
+    public func completeBulkPublish(_ pool: IdentityPoolID, failure: String? = nil, caller: String) async throws {
+        let stream = Self.systemStream(pool, "configuration")
+        let now = options.clock()
+        try await appendSystem(stream, author: caller) { view in
+            guard var state = try view.record("bulk-publish")?.value.map({ try Self.decode(BulkPublishDetails.self, $0, stream: stream) }), state.status == "IN_PROGRESS" else {
+                return []
+            }
+            state.status = failure == nil ? "SUCCEEDED" : "FAILED"
+            state.completed = now
+            state.failureMessage = failure
+            return [.put(key: "bulk-publish", value: Self.json(state), deviceModified: nil)]
+        }
+    }
+}
+
+import Synchronization
