@@ -14,11 +14,16 @@ let package = Package(
     products: [
         .library(name: "SyncLedger", targets: ["SyncLedger"]),
         .library(name: "LedgerStorage", targets: ["LedgerStorage"]),
+        .library(name: "SyncLedgerServer", targets: ["SyncLedgerServer"]),
         .executable(name: "syncledger", targets: ["syncledger"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         // C libraries from Debian's liblmdb-dev and libzstd-dev. Only LedgerStorage imports them.
@@ -47,10 +52,24 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The Cognito Sync REST API over the ledger: routes, SigV4, wire shapes, errors, metrics.
+        .target(
+            name: "SyncLedgerServer",
+            dependencies: [
+                "SyncLedger",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "syncledger",
             dependencies: [
                 "SyncLedger",
+                "SyncLedgerServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings
@@ -64,6 +83,11 @@ let package = Package(
         .testTarget(
             name: "LedgerStorageTests",
             dependencies: ["LedgerStorage"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SyncLedgerServerTests",
+            dependencies: ["SyncLedgerServer", "SyncLedger"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -142,7 +142,9 @@ extension Ledger {
     /// Costs grow with the entries since `lastSyncCount` or the dataset's records, whichever
     /// is fewer.
     /// - Throws: `.invalidParameter` for a bad `maxResults` or a foreign or altered `nextToken`.
-    public func listRecords(_ stream: StreamName, after lastSyncCount: UInt64 = 0, maxResults: Int = 1024, nextToken: String? = nil) throws -> RecordsPage {
+    /// - Parameter sessionToken: a live session token for this stream, when the caller is
+    ///   paging within one sync session: it is returned again instead of a new session.
+    public func listRecords(_ stream: StreamName, after lastSyncCount: UInt64 = 0, maxResults: Int = 1024, nextToken: String? = nil, sessionToken: String? = nil) throws -> RecordsPage {
         try Self.requireUserIdentity(stream.identity)
         guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "maxResults must be at least 1, not \(maxResults)", stream: stream) }
         var resume: (syncCount: UInt64, key: String)?
@@ -184,7 +186,11 @@ extension Ledger {
                 datasetDeletedAfterRequestedSyncCount: (meta?.lastDeleteSyncCount ?? 0) > lastSyncCount,
                 lastModifiedBy: meta?.lastModifiedBy, syncSessionToken: "")
         }
-        page.syncSessionToken = issueSessionToken(for: stream)
+        if let sessionToken, (try? checkSessionToken(sessionToken, for: stream)) != nil {
+            page.syncSessionToken = sessionToken
+        } else {
+            page.syncSessionToken = issueSessionToken(for: stream)
+        }
         return page
     }
 

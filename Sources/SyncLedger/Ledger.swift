@@ -3,6 +3,18 @@ import LedgerStorage
 import Crypto
 import Synchronization
 
+/// What the group-commit writer has done since the ledger was opened.
+public struct WriterStatistics: Sendable {
+    /// Write transactions committed (each one fsync in durable mode, when it changed anything).
+    public let commits: UInt64
+    /// Callers served (writes, including failed ones).
+    public let writes: UInt64
+    /// The most callers one commit served.
+    public let largestGroup: Int
+    /// Commits by group size: (at most this many callers, commits); not cumulative.
+    public let groupSizeBuckets: [(atMost: Int, commits: UInt64)]
+}
+
 /// Sync sessions issued but not yet stored, by pool.
 final class PendingSessions: Sendable {
     private let counts = Mutex<[String: UInt64]>([:])
@@ -119,10 +131,11 @@ public final class Ledger: Sendable {
         writer.close()
     }
 
-    /// Group-commit statistics: commits, callers served, the largest group.
-    public var writerStatistics: (commits: UInt64, writes: UInt64, largestGroup: Int) {
+    /// Group-commit statistics of this process's writer.
+    public var writerStatistics: WriterStatistics {
         let s = writer.stats
-        return (s.commits, s.jobs, s.largestGroup)
+        return WriterStatistics(commits: s.commits, writes: s.jobs, largestGroup: s.largestGroup,
+                                groupSizeBuckets: s.groupSizes.enumerated().map { (1 << $0.offset, $0.element) })
     }
 
     /// Bytes of the data file in use.

@@ -24,6 +24,8 @@ struct Schema: Sendable {
     let pools: Database
     /// pool id (UTF-8) → sync sessions issued (8 B BE).
     let sessions: Database
+    /// access key id → ``Credential`` (JSON). Not part of the log.
+    let credentials: Database
 
     init(environment env: Environment) throws {
         meta = try env.openDatabase("meta")
@@ -35,6 +37,7 @@ struct Schema: Sendable {
         datasets = try env.openDatabase("datasets")
         pools = try env.openDatabase("pools")
         sessions = try env.openDatabase("sessions")
+        credentials = try env.openDatabase("credentials")
     }
 
     /// The databases that hold views (rebuilt from the log).

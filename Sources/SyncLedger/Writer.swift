@@ -20,6 +20,8 @@ final class GroupCommitWriter: @unchecked Sendable {
         var commits: UInt64 = 0
         var jobs: UInt64 = 0
         var largestGroup: Int = 0
+        /// Groups by size: index i counts groups of at most 2^i callers (and more than 2^(i-1)).
+        var groupSizes = [UInt64](repeating: 0, count: 11)
     }
 
     private let environment: Environment
@@ -149,6 +151,8 @@ final class GroupCommitWriter: @unchecked Sendable {
         statsStore.commits += 1
         statsStore.jobs += UInt64(group.count)
         statsStore.largestGroup = max(statsStore.largestGroup, group.count)
+        let bucket = min(Int.bitWidth - (group.count - 1).leadingZeroBitCount, statsStore.groupSizes.count - 1)
+        statsStore.groupSizes[bucket] += 1
         condition.unlock()
         for (job, outcome) in zip(group, outcomes) { job.finish(outcome) }
     }

@@ -1,0 +1,194 @@
+import Foundation
+import SyncLedger
+
+/// An HTTP request as the API layer sees it: raw path and query as sent, headers, body.
+struct WireRequest: Sendable {
+    var method: String
+    var rawPath: String
+    var rawQuery: String?
+    var headers: [(String, String)]
+    var body: [UInt8]
+
+    /// The first value of header `name` (case-insensitive).
+    func header(_ name: String) -> String? {
+        headers.first { $0.0.caseInsensitiveCompare(name) == .orderedSame }?.1
+    }
+}
+
+/// Verifies AWS Signature Version 4 on every request — the Authorization header form and the
+/// presigned query form — and finds the credential that signed it.
+struct Authenticator: Sendable {
+    let ledger: Ledger
+    /// The admin credential from the environment (or the one kept in the data directory).
+    let admin: Credential
+    /// How far `x-amz-date` may be from the server's clock (15 minutes).
+    var maxSkew: TimeInterval = 900
+    /// The service name the scope must carry.
+    var service = "cognito-sync"
+    /// The server's clock.
+    var now: @Sendable () -> Date = { Date() }
+
+    /// The credential that signed `request`.
+    /// - Throws: ``WireError`` NotAuthorizedException saying what is wrong.
+    func authenticate(_ request: WireRequest, queryPairs: [(String, String)]) throws -> Credential {
+        if let authorization = request.header("authorization") {
+            return try verifyHeader(authorization, request, queryPairs)
+        }
+        if queryPairs.contains(where: { $0.0 == "X-Amz-Signature" }) {
+            return try verifyPresigned(request, queryPairs)
+        }
+        throw WireError.notAuthorized("the request is not signed: send an AWS Signature Version 4 Authorization header or a presigned URL")
+    }
+
+    private struct Parsed {
+        var accessKeyID: String
+        var date: String
+        var region: String
+        var signedHeaders: [String]
+        var signature: String
+    }
+
+    /// `AKID/yyyyMMdd/region/service/aws4_request`.
+    private func parseCredential(_ text: String) throws -> (String, String, String) {
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 5, parts[4] == "aws4_request", !parts[0].isEmpty else {
+            throw WireError.notAuthorized("malformed credential scope \"\(text)\"")
+        }
+        guard parts[3] == service else {
+            throw WireError.notAuthorized("the credential scope names service \"\(parts[3])\", not \(service)")
+        }
+        return (parts[0], parts[1], parts[2])
+    }
+
+    private func verifyHeader(_ authorization: String, _ request: WireRequest, _ queryPairs: [(String, String)]) throws -> Credential {
+        guard authorization.hasPrefix(SigV4.algorithm + " ") else {
+            throw WireError.notAuthorized("unsupported authorization scheme; use \(SigV4.algorithm)")
+        }
+        var fields: [String: String] = [:]
+        for part in authorization.dropFirst(SigV4.algorithm.count + 1).split(separator: ",") {
+            let kv = part.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
+            if kv.count == 2 { fields[String(kv[0])] = String(kv[1]) }
+        }
+        guard let credentialText = fields["Credential"], let signedText = fields["SignedHeaders"], let signature = fields["Signature"] else {
+            throw WireError.notAuthorized("the Authorization header lacks Credential, SignedHeaders or Signature")
+        }
+        let (accessKeyID, day, region) = try parseCredential(credentialText)
+        guard let amzDate = request.header("x-amz-date") else {
+            throw WireError.notAuthorized("the x-amz-date header is missing")
+        }
+        try checkTime(amzDate: amzDate, day: day, expires: nil)
+        let signedHeaders = signedText.split(separator: ";").map { $0.lowercased() }
+        guard signedHeaders.contains("host"), signedHeaders.contains("x-amz-date") else {
+            throw WireError.notAuthorized("SignedHeaders must include host and x-amz-date")
+        }
+        let credential = try lookup(accessKeyID)
+        try checkToken(credential, sent: request.header("x-amz-security-token"), signed: signedHeaders.contains("x-amz-security-token"))
+        let actualHash = SigV4.sha256Hex(request.body)
+        if let claimed = request.header("x-amz-content-sha256"), claimed != actualHash {
+            throw WireError.notAuthorized("x-amz-content-sha256 does not match the body")
+        }
+        let canonical = SigV4.canonicalRequest(
+            method: request.method, canonicalURI: SigV4.canonicalURI(rawPath: request.rawPath),
+            canonicalQuery: SigV4.canonicalQuery(queryPairs), headers: request.headers,
+            signedHeaders: signedHeaders, payloadHash: actualHash)
+        try checkSignature(signature, credential: credential, amzDate: amzDate, day: day, region: region, canonical: canonical)
+        return credential
+    }
+
+    private func verifyPresigned(_ request: WireRequest, _ queryPairs: [(String, String)]) throws -> Credential {
+        func param(_ name: String) throws -> String {
+            guard let value = queryPairs.first(where: { $0.0 == name })?.1 else {
+                throw WireError.notAuthorized("the presigned URL lacks \(name)")
+            }
+            return value
+        }
+        guard try param("X-Amz-Algorithm") == SigV4.algorithm else {
+            throw WireError.notAuthorized("unsupported X-Amz-Algorithm; use \(SigV4.algorithm)")
+        }
+        let (accessKeyID, day, region) = try parseCredential(try param("X-Amz-Credential"))
+        let amzDate = try param("X-Amz-Date")
+        guard let expires = Int(try param("X-Amz-Expires")), (1...604_800).contains(expires) else {
+            throw WireError.notAuthorized("X-Amz-Expires must be 1-604800 seconds")
+        }
+        try checkTime(amzDate: amzDate, day: day, expires: expires)
+        let signedHeaders = try param("X-Amz-SignedHeaders").split(separator: ";").map { $0.lowercased() }
+        guard signedHeaders.contains("host") else { throw WireError.notAuthorized("X-Amz-SignedHeaders must include host") }
+        let credential = try lookup(accessKeyID)
+        try checkToken(credential, sent: queryPairs.first { $0.0 == "X-Amz-Security-Token" }?.1, signed: true)
+        let signature = try param("X-Amz-Signature")
+        let unsignedQuery = queryPairs.filter { $0.0 != "X-Amz-Signature" }
+        var lastError: (any Error)?
+        for payloadHash in [SigV4.sha256Hex(request.body), "UNSIGNED-PAYLOAD"] {
+            let canonical = SigV4.canonicalRequest(
+                method: request.method, canonicalURI: SigV4.canonicalURI(rawPath: request.rawPath),
+                canonicalQuery: SigV4.canonicalQuery(unsignedQuery), headers: request.headers,
+                signedHeaders: signedHeaders, payloadHash: payloadHash)
+            do {
+                try checkSignature(signature, credential: credential, amzDate: amzDate, day: day, region: region, canonical: canonical)
+                return credential
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError!
+    }
+
+    private func checkTime(amzDate: String, day: String, expires: Int?) throws {
+        guard let date = SigV4.parseAmzDate(amzDate) else {
+            throw WireError.notAuthorized("x-amz-date \"\(amzDate)\" is not yyyyMMddTHHmmssZ")
+        }
+        guard amzDate.hasPrefix(day) else {
+            throw WireError.notAuthorized("the credential scope date \(day) differs from x-amz-date \(amzDate)")
+        }
+        let now = now()
+        if let expires {
+            guard date.timeIntervalSince(now) <= maxSkew else { throw WireError.notAuthorized("the presigned URL is dated in the future (\(amzDate))") }
+            guard now.timeIntervalSince(date) <= Double(expires) else { throw WireError.notAuthorized("the presigned URL expired (signed \(amzDate), valid \(expires) s)") }
+        } else {
+            guard abs(date.timeIntervalSince(now)) <= maxSkew else {
+                throw WireError.notAuthorized("the signature is expired or not yet valid: x-amz-date \(amzDate) is more than 15 minutes from the server's time \(SigV4.amzDate(now))")
+            }
+        }
+    }
+
+    private func lookup(_ accessKeyID: String) throws -> Credential {
+        if accessKeyID == admin.accessKeyID { return admin }
+        let found: Credential?
+        do { found = try ledger.credential(accessKeyID: accessKeyID) } catch {
+            throw WireError.internalError("could not read credentials: \(error)")
+        }
+        guard let credential = found else {
+            throw WireError.notAuthorized("the access key id \(accessKeyID) is not known to this server")
+        }
+        return credential
+    }
+
+    private func checkToken(_ credential: Credential, sent: String?, signed: Bool) throws {
+        switch (credential.sessionToken, sent) {
+        case (nil, nil): return
+        case (nil, .some): throw WireError.notAuthorized("the security token is not valid for access key \(credential.accessKeyID)")
+        case (.some, nil): throw WireError.notAuthorized("access key \(credential.accessKeyID) needs its security token (x-amz-security-token)")
+        case (.some(let expected), .some(let given)):
+            guard constantTimeEqual(expected, given) else { throw WireError.notAuthorized("the security token is not valid for access key \(credential.accessKeyID)") }
+            guard signed else { throw WireError.notAuthorized("x-amz-security-token must be a signed header") }
+        }
+    }
+
+    private func checkSignature(_ signature: String, credential: Credential, amzDate: String, day: String, region: String, canonical: String) throws {
+        let scope = "\(day)/\(region)/\(service)/aws4_request"
+        let expected = SigV4.signature(secret: credential.secretAccessKey, date: day, region: region, service: service,
+                                       stringToSign: SigV4.stringToSign(amzDate: amzDate, scope: scope, canonicalRequest: canonical))
+        guard constantTimeEqual(expected, signature.lowercased()) else {
+            throw WireError.notAuthorized("the request signature does not match the one computed for access key \(credential.accessKeyID); check the secret and the signing method")
+        }
+    }
+}
+
+func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+    let x = Array(a.utf8)
+    let y = Array(b.utf8)
+    guard x.count == y.count else { return false }
+    var d: UInt8 = 0
+    for (p, q) in zip(x, y) { d |= p ^ q }
+    return d == 0
+}

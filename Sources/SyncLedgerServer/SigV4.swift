@@ -1,0 +1,197 @@
+import Crypto
+public import Foundation
+
+/// AWS Signature Version 4: the canonical request, the string to sign and the signing key,
+/// shared by the verifier (server) and the signer (load tool, tests).
+public enum SigV4 {
+    /// The only algorithm supported.
+    public static let algorithm = "AWS4-HMAC-SHA256"
+    /// SHA-256 of the empty string, hex.
+    public static let emptyPayloadHash = hex(SHA256.hash(data: [UInt8]()))
+
+    /// Lower-case hex.
+    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 15)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// SHA-256 of `data`, hex.
+    public static func sha256Hex(_ data: some DataProtocol) -> String { hex(SHA256.hash(data: data)) }
+
+    /// Percent-encodes every byte but the RFC 3986 unreserved ones (and `/` when `keepSlash`).
+    public static func uriEncode(_ text: some StringProtocol, keepSlash: Bool = false) -> String {
+        let hexDigits = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        for b in text.utf8 {
+            switch b {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"):
+                out.append(b)
+            case UInt8(ascii: "/") where keepSlash:
+                out.append(b)
+            default:
+                out.append(UInt8(ascii: "%"))
+                out.append(hexDigits[Int(b >> 4)])
+                out.append(hexDigits[Int(b & 15)])
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Decodes `%XX` escapes (a `+` stays a `+`). Nil for a malformed escape or invalid UTF-8.
+    public static func percentDecode(_ text: some StringProtocol) -> String? {
+        var out: [UInt8] = []
+        var bytes = Array(text.utf8)[...]
+        while let b = bytes.popFirst() {
+            if b == UInt8(ascii: "%") {
+                guard bytes.count >= 2, let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) else { return nil }
+                out.append(v)
+                bytes = bytes.dropFirst(2)
+            } else {
+                out.append(b)
+            }
+        }
+        return String(validating: out, as: UTF8.self)
+    }
+
+    /// Parses a raw query string into decoded (name, value) pairs. Nil when malformed.
+    public static func queryPairs(_ query: String?) -> [(String, String)]? {
+        guard let query, !query.isEmpty else { return [] }
+        var pairs: [(String, String)] = []
+        for part in query.split(separator: "&", omittingEmptySubsequences: true) {
+            let kv = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = percentDecode(kv[0]), let value = percentDecode(kv.count > 1 ? kv[1] : "") else { return nil }
+            pairs.append((name, value))
+        }
+        return pairs
+    }
+
+    /// The canonical query string: pairs encoded, sorted by name then value.
+    public static func canonicalQuery(_ pairs: [(String, String)]) -> String {
+        let encoded: [(String, String)] = pairs.map { (uriEncode($0.0), uriEncode($0.1)) }
+        let sorted = encoded.sorted { (a: (String, String), b: (String, String)) -> Bool in
+            a.0 == b.0 ? a.1 < b.1 : a.0 < b.0
+        }
+        return sorted.map { (pair: (String, String)) -> String in pair.0 + "=" + pair.1 }.joined(separator: "&")
+    }
+
+    /// The canonical URI of a raw (as sent, percent-encoded) path: dot segments and empty
+    /// segments removed, then encoded once more, as botocore does for every service but S3.
+    public static func canonicalURI(rawPath: String) -> String {
+        var segments: [Substring] = []
+        for segment in rawPath.split(separator: "/", omittingEmptySubsequences: true) {
+            if segment == "." { continue }
+            if segment == ".." { _ = segments.popLast(); continue }
+            segments.append(segment)
+        }
+        var path = "/" + segments.joined(separator: "/")
+        if rawPath.hasSuffix("/") && !segments.isEmpty { path += "/" }
+        return uriEncode(path, keepSlash: true)
+    }
+
+    /// A header value trimmed, inner runs of spaces collapsed.
+    public static func trimAll(_ value: String) -> String {
+        value.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ")
+    }
+
+    /// The canonical request.
+    public static func canonicalRequest(method: String, canonicalURI: String, canonicalQuery: String, headers: [(String, String)], signedHeaders: [String], payloadHash: String) -> String {
+        var byName: [String: [String]] = [:]
+        for (name, value) in headers { byName[name.lowercased(), default: []].append(trimAll(value)) }
+        let canonicalHeaders = signedHeaders.map { "\($0):\((byName[$0] ?? []).joined(separator: ","))\n" }.joined()
+        return [method, canonicalURI, canonicalQuery, canonicalHeaders, signedHeaders.joined(separator: ";"), payloadHash].joined(separator: "\n")
+    }
+
+    /// The string to sign.
+    public static func stringToSign(amzDate: String, scope: String, canonicalRequest: String) -> String {
+        "\(algorithm)\n\(amzDate)\n\(scope)\n\(sha256Hex(Array(canonicalRequest.utf8)))"
+    }
+
+    /// The signature (hex) of `stringToSign` with the key derived from `secret`.
+    public static func signature(secret: String, date: String, region: String, service: String, stringToSign: String) -> String {
+        func hmac(_ key: [UInt8], _ text: String) -> [UInt8] {
+            Array(HMAC<SHA256>.authenticationCode(for: Array(text.utf8), using: SymmetricKey(data: key)))
+        }
+        let kDate = hmac(Array("AWS4\(secret)".utf8), date)
+        let kRegion = hmac(kDate, region)
+        let kService = hmac(kRegion, service)
+        let kSigning = hmac(kService, "aws4_request")
+        return hex(hmac(kSigning, stringToSign))
+    }
+
+    /// `yyyyMMdd'T'HHmmss'Z'` for `date`.
+    public static func amzDate(_ date: Date) -> String {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        func pad(_ v: Int?, _ n: Int) -> String {
+            let s = String(v ?? 0)
+            return String(repeating: "0", count: max(0, n - s.count)) + s
+        }
+        return "\(pad(c.year, 4))\(pad(c.month, 2))\(pad(c.day, 2))T\(pad(c.hour, 2))\(pad(c.minute, 2))\(pad(c.second, 2))Z"
+    }
+
+    /// Parses `yyyyMMdd'T'HHmmss'Z'`.
+    public static func parseAmzDate(_ text: String) -> Date? {
+        let b = Array(text.utf8)
+        guard b.count == 16, b[8] == UInt8(ascii: "T"), b[15] == UInt8(ascii: "Z") else { return nil }
+        func num(_ r: Range<Int>) -> Int? {
+            guard b[r].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+            return Int(String(decoding: b[r], as: UTF8.self))
+        }
+        guard let y = num(0..<4), let mo = num(4..<6), let d = num(6..<8), let h = num(9..<11), let mi = num(11..<13), let s = num(13..<15),
+              (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, s < 61 else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        return calendar.date(from: DateComponents(year: y, month: mo, day: d, hour: h, minute: mi, second: s))
+    }
+}
+
+/// Signs requests with SigV4 (header form), as AWS SDKs do. For the load tool and tests.
+public struct SigV4Signer: Sendable {
+    /// The access key id.
+    public let accessKeyID: String
+    /// The secret.
+    public let secretAccessKey: String
+    /// A session token to send, if any.
+    public let sessionToken: String?
+    /// The region in the scope.
+    public let region: String
+    /// The service in the scope.
+    public let service: String
+
+    /// A signer.
+    public init(accessKeyID: String, secretAccessKey: String, sessionToken: String? = nil, region: String = "us-east-1", service: String = "cognito-sync") {
+        self.accessKeyID = accessKeyID
+        self.secretAccessKey = secretAccessKey
+        self.sessionToken = sessionToken
+        self.region = region
+        self.service = service
+    }
+
+    /// The headers to add to a request (`x-amz-date`, `x-amz-content-sha256`, the security
+    /// token, `authorization`). `rawPath` and `rawQuery` are as sent on the wire.
+    public func sign(method: String, host: String, rawPath: String, rawQuery: String?, headers: [(String, String)] = [], body: [UInt8], date: Date = Date()) -> [(String, String)] {
+        let amzDate = SigV4.amzDate(date)
+        let day = String(amzDate.prefix(8))
+        let payloadHash = SigV4.sha256Hex(body)
+        var all = headers + [("host", host), ("x-amz-date", amzDate), ("x-amz-content-sha256", payloadHash)]
+        if let sessionToken { all.append(("x-amz-security-token", sessionToken)) }
+        let signed = Array(Set(all.map { $0.0.lowercased() })).sorted()
+        let canonical = SigV4.canonicalRequest(
+            method: method, canonicalURI: SigV4.canonicalURI(rawPath: rawPath),
+            canonicalQuery: SigV4.canonicalQuery(SigV4.queryPairs(rawQuery) ?? []),
+            headers: all, signedHeaders: signed, payloadHash: payloadHash)
+        let scope = "\(day)/\(region)/\(service)/aws4_request"
+        let signature = SigV4.signature(secret: secretAccessKey, date: day, region: region, service: service,
+                                        stringToSign: SigV4.stringToSign(amzDate: amzDate, scope: scope, canonicalRequest: canonical))
+        var out = all.filter { $0.0 != "host" && !headers.map(\.0).contains($0.0) }
+        out.append(("authorization", "\(SigV4.algorithm) Credential=\(accessKeyID)/\(scope), SignedHeaders=\(signed.joined(separator: ";")), Signature=\(signature)"))
+        return out
+    }
+}

@@ -1,0 +1,58 @@
+import SyncLedger
+
+/// An error as Cognito Sync's wire protocol sends it: the model's exception name (in the
+/// `x-amzn-ErrorType` header), its HTTP status, and `{"message": …}`.
+public struct WireError: Error, Sendable, CustomStringConvertible {
+    /// The exception name from botocore's `cognito-sync/2014-06-30` model.
+    public let type: String
+    /// The HTTP status the model gives it.
+    public let status: Int
+    /// What went wrong and where.
+    public let message: String
+
+    public var description: String { "\(type) (\(status)): \(message)" }
+
+    /// An error of the model's `type` with its `status`.
+    public init(type: String, status: Int, message: String) {
+        self.type = type
+        self.status = status
+        self.message = message
+    }
+
+    static func invalidParameter(_ message: String) -> WireError { WireError(type: "InvalidParameterException", status: 400, message: message) }
+    static func notAuthorized(_ message: String) -> WireError { WireError(type: "NotAuthorizedException", status: 403, message: message) }
+    static func notFound(_ message: String) -> WireError { WireError(type: "ResourceNotFoundException", status: 404, message: message) }
+    static func unknownOperation(_ message: String) -> WireError { WireError(type: "UnknownOperationException", status: 404, message: message) }
+    static func internalError(_ message: String) -> WireError { WireError(type: "InternalErrorException", status: 500, message: message) }
+
+    /// The one table from domain errors to wire errors.
+    init(_ error: LedgerError) {
+        let message = error.message
+        switch error.code {
+        case .invalidParameter, .invalidSessionToken: self.init(type: "InvalidParameterException", status: 400, message: message)
+        case .notFound: self.init(type: "ResourceNotFoundException", status: 404, message: message)
+        case .conflict: self.init(type: "ResourceConflictException", status: 409, message: message)
+        case .limitExceeded: self.init(type: "LimitExceededException", status: 400, message: message)
+        case .duplicateRequest: self.init(type: "DuplicateRequestException", status: 400, message: message)
+        case .alreadyStreamed: self.init(type: "AlreadyStreamedException", status: 400, message: message)
+        case .closed: self.init(type: "TooManyRequestsException", status: 429, message: "the server is shutting down; retry")
+        default: self.init(type: "InternalErrorException", status: 500, message: message)
+        }
+    }
+
+    /// Any error as a wire error (unknown ones are internal errors).
+    init(any error: any Error) {
+        if let wire = error as? WireError { self = wire } else if let ledger = error as? LedgerError { self.init(ledger) } else {
+            self.init(type: "InternalErrorException", status: 500, message: "internal error: \(error)")
+        }
+    }
+
+    /// The JSON body.
+    var body: [UInt8] {
+        var w = JSONWriter()
+        w.beginObject()
+        w.member("message", message)
+        w.endObject()
+        return w.bytes
+    }
+}
