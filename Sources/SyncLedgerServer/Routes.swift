@@ -1,5 +1,5 @@
 /// The 17 operations of Cognito Sync 2014-06-30, as botocore's model names them.
-public enum Operation: String, Sendable, CaseIterable {
+public enum CognitoOperation: String, Sendable, CaseIterable {
     case bulkPublish = "BulkPublish"
     case deleteDataset = "DeleteDataset"
     case describeDataset = "DescribeDataset"
@@ -32,7 +32,7 @@ public enum Operation: String, Sendable, CaseIterable {
 /// A request matched to an operation, with its path parameters (percent-decoded, not yet
 /// validated).
 struct Route {
-    let operation: Operation
+    let operation: CognitoOperation
     var pool: String?
     var identity: String?
     var dataset: String?

@@ -16,6 +16,7 @@ let benchmarks: @Sendable () -> Void = {
     writeBenchmark("raw LMDB durable, same puts", scalingFactor: .one) {
         try RawSamePutsFixture(durable: true, perCommit: 1)
     }
+    // An iteration's 1,000 operations take 15 commits of 64 and one of 40.
     writeBenchmark("raw LMDB durable, same puts, 64 per commit", scalingFactor: .kilo) {
         try RawSamePutsFixture(durable: true, perCommit: 64)
     }

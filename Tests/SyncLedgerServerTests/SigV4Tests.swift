@@ -1,0 +1,168 @@
+import Foundation
+import Testing
+@testable import SyncLedger
+@testable import SyncLedgerServer
+
+/// A request signed by botocore 1.43 (SigV4Auth, service cognito-sync, us-east-1) at
+/// 20261122T094717Z with AKIDEXAMPLE / wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY.
+private let botocoreBody = Array(#"{"SyncSessionToken":"t","RecordPatches":[{"Op":"replace","Key":"k","Value":"v","SyncCount":0}]}"#.utf8)
+private let botocoreRequest = WireRequest(
+    method: "POST",
+    rawPath: "/identitypools/us-east-1%3A0000-aaaa/identities/us-east-1%3A1111-bbbb/datasets/settings",
+    rawQuery: "x=a%20b&a=1",
+    headers: [
+        ("Content-Type", "application/json"),
+        ("host", "127.0.0.1:8080"),
+        ("X-Amz-Date", "20261122T094717Z"),
+        ("Authorization", "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261122/us-east-1/cognito-sync/aws4_request, SignedHeaders=content-type;host;x-amz-date, Signature=58ddd80da4fa644f1930df774a170477228c88d8aefb1c97d716a3e908dd05a3"),
+    ],
+    body: botocoreBody)
+
+private func authenticator(_ ledger: Ledger, at amzDate: String = "20261122T094717Z") -> Authenticator {
+    let now = SigV4.parseAmzDate(amzDate)!
+    var a = Authenticator(ledger: ledger, admin: Credential(accessKeyID: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", scope: .admin))
+    a.now = { now }
+    return a
+}
+
+private func expectNotAuthorized(_ body: () throws -> Void) {
+    do {
+        try body()
+        Issue.record("accepted a request that should be refused")
+    } catch let error as WireError {
+        #expect(error.type == "NotAuthorizedException" && error.status == 403)
+    } catch {
+        Issue.record("unexpected \(error)")
+    }
+}
+
+@Suite struct SigV4Tests {
+    @Test func acceptsBotocoresSignature() async throws {
+        try await withLedger { ledger in
+            let auth = authenticator(ledger)
+            let credential = try auth.authenticate(botocoreRequest, queryPairs: SigV4.queryPairs(botocoreRequest.rawQuery)!)
+            #expect(credential.accessKeyID == "AKIDEXAMPLE")
+        }
+    }
+
+    @Test func refusesAnyChange() async throws {
+        try await withLedger { ledger in
+            let auth = authenticator(ledger)
+            var body = botocoreRequest
+            body.body[body.body.count - 3] = UInt8(ascii: "1")
+            expectNotAuthorized { _ = try auth.authenticate(body, queryPairs: SigV4.queryPairs(body.rawQuery)!) }
+            var path = botocoreRequest
+            path.rawPath = path.rawPath.replacingOccurrences(of: "settings", with: "other")
+            expectNotAuthorized { _ = try auth.authenticate(path, queryPairs: SigV4.queryPairs(path.rawQuery)!) }
+            var query = botocoreRequest
+            query.rawQuery = "x=a%20c&a=1"
+            expectNotAuthorized { _ = try auth.authenticate(query, queryPairs: SigV4.queryPairs(query.rawQuery)!) }
+            var method = botocoreRequest
+            method.method = "DELETE"
+            expectNotAuthorized { _ = try auth.authenticate(method, queryPairs: SigV4.queryPairs(method.rawQuery)!) }
+            // 20 minutes later the same signature is too old.
+            let late = authenticator(ledger, at: "20261122T100717Z")
+            expectNotAuthorized { _ = try late.authenticate(botocoreRequest, queryPairs: SigV4.queryPairs(botocoreRequest.rawQuery)!) }
+            // Unsigned.
+            var unsigned = botocoreRequest
+            unsigned.headers.removeAll { $0.0 == "Authorization" }
+            expectNotAuthorized { _ = try auth.authenticate(unsigned, queryPairs: []) }
+        }
+    }
+
+    @Test func signerAndVerifierAgreeAndTokensAreChecked() async throws {
+        try await withLedger { ledger in
+            let identity = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"), withSessionToken: true)
+            try await ledger.storeCredential(identity)
+            let now = Date()
+            var auth = Authenticator(ledger: ledger, admin: Credential.generate(scope: .admin))
+            auth.now = { now }
+            func request(_ signer: SigV4Signer) -> WireRequest {
+                let body = Array("{}".utf8)
+                let headers = signer.sign(method: "POST", host: "h:1", rawPath: "/identitypools/test%3A0/identity/test%3A1/device", rawQuery: nil, body: body, date: now)
+                return WireRequest(method: "POST", rawPath: "/identitypools/test%3A0/identity/test%3A1/device", rawQuery: nil, headers: [("host", "h:1")] + headers, body: body)
+            }
+            let good = SigV4Signer(accessKeyID: identity.accessKeyID, secretAccessKey: identity.secretAccessKey, sessionToken: identity.sessionToken)
+            #expect(try auth.authenticate(request(good), queryPairs: []).accessKeyID == identity.accessKeyID)
+            let noToken = SigV4Signer(accessKeyID: identity.accessKeyID, secretAccessKey: identity.secretAccessKey)
+            expectNotAuthorized { _ = try auth.authenticate(request(noToken), queryPairs: []) }
+            let wrongToken = SigV4Signer(accessKeyID: identity.accessKeyID, secretAccessKey: identity.secretAccessKey, sessionToken: "nope")
+            expectNotAuthorized { _ = try auth.authenticate(request(wrongToken), queryPairs: []) }
+            let wrongSecret = SigV4Signer(accessKeyID: identity.accessKeyID, secretAccessKey: "x", sessionToken: identity.sessionToken)
+            expectNotAuthorized { _ = try auth.authenticate(request(wrongSecret), queryPairs: []) }
+            let unknown = SigV4Signer(accessKeyID: "AKIAUNKNOWN", secretAccessKey: "x")
+            expectNotAuthorized { _ = try auth.authenticate(request(unknown), queryPairs: []) }
+            let otherService = SigV4Signer(accessKeyID: identity.accessKeyID, secretAccessKey: identity.secretAccessKey, sessionToken: identity.sessionToken, service: "s3")
+            expectNotAuthorized { _ = try auth.authenticate(request(otherService), queryPairs: []) }
+        }
+    }
+
+    @Test func canonicalFormsMatchTheSpec() {
+        #expect(SigV4.uriEncode("a b/c:~") == "a%20b%2Fc%3A~")
+        #expect(SigV4.canonicalURI(rawPath: "/a%3Ab//c/./d/../e") == "/a%253Ab/c/e")
+        #expect(SigV4.canonicalQuery([("b", "2"), ("a", "x y"), ("a", "1")]) == "a=1&a=x%20y&b=2")
+        #expect(SigV4.percentDecode("%zz") == nil)
+        #expect(SigV4.percentDecode("a%3Ab+c") == "a:b+c")
+        #expect(SigV4.trimAll("  a   b  ") == "a b")
+        #expect(SigV4.amzDate(SigV4.parseAmzDate("20261122T094717Z")!) == "20261122T094717Z")
+        #expect(SigV4.parseAmzDate("20261322T094717Z") == nil)
+    }
+}
+
+@Suite struct JSONTests {
+    @Test func parsesAndRefusesWithPositions() throws {
+        let json = try JSONParser.parse(Array(#" {"a": [1, -2.5e3, true, null, "x\u00e9\ud83d\ude00\n"], "b": {}} "#.utf8))
+        #expect(json["a"] == .array([.number("1"), .number("-2.5e3"), .bool(true), .null, .string("xé😀\n")]))
+        #expect(json["b"] == .object([]))
+        for bad in ["", "{", "{\"a\"}", "[1,]", "01", "\"\\ud800\"", "{\"a\":1} x", "tru", "\"a\u{01}\"", String(repeating: "[", count: 100)] {
+            #expect(throws: JSONSyntaxError.self, "\(bad)") { _ = try JSONParser.parse(Array(bad.utf8)) }
+        }
+    }
+
+    @Test func writerRoundTrips() throws {
+        var w = JSONWriter()
+        w.beginObject()
+        w.member("s", "q\"\\\n\u{01}é")
+        w.member("n", int: 42)
+        w.member("d", date: 1_700_000_000_120)
+        w.key("list"); w.beginArray(); w.string("a"); w.beginObject(); w.endObject(); w.int(1); w.endArray()
+        w.member("t", bool: true)
+        w.endObject()
+        let parsed = try JSONParser.parse(w.bytes)
+        #expect(parsed["s"] == .string("q\"\\\n\u{01}é"))
+        #expect(parsed["d"] == .number("1700000000.12"))
+        #expect(parsed["list"] == .array([.string("a"), .object([]), .number("1")]))
+        #expect(String(decoding: w.bytes, as: UTF8.self).hasPrefix(#"{"s":"q\"\\\n\u0001é","n":42,"d":1700000000.12,"list":["a",{},1],"t":true}"#))
+    }
+}
+
+@Suite struct RouteTests {
+    @Test func everyOperationHasItsRoute() {
+        let cases: [(String, String, CognitoOperation)] = [
+            ("GET", "/identitypools", .listIdentityPoolUsage),
+            ("GET", "/identitypools/p", .describeIdentityPoolUsage),
+            ("POST", "/identitypools/p/bulkpublish", .bulkPublish),
+            ("POST", "/identitypools/p/getBulkPublishDetails", .getBulkPublishDetails),
+            ("GET", "/identitypools/p/events", .getCognitoEvents),
+            ("POST", "/identitypools/p/events", .setCognitoEvents),
+            ("GET", "/identitypools/p/configuration", .getIdentityPoolConfiguration),
+            ("POST", "/identitypools/p/configuration", .setIdentityPoolConfiguration),
+            ("POST", "/identitypools/p/identity/i/device", .registerDevice),
+            ("GET", "/identitypools/p/identities/i", .describeIdentityUsage),
+            ("GET", "/identitypools/p/identities/i/datasets", .listDatasets),
+            ("GET", "/identitypools/p/identities/i/datasets/d", .describeDataset),
+            ("POST", "/identitypools/p/identities/i/datasets/d", .updateRecords),
+            ("DELETE", "/identitypools/p/identities/i/datasets/d", .deleteDataset),
+            ("GET", "/identitypools/p/identities/i/datasets/d/records", .listRecords),
+            ("POST", "/identitypools/p/identities/i/datasets/d/subscriptions/x", .subscribeToDataset),
+            ("DELETE", "/identitypools/p/identities/i/datasets/d/subscriptions/x", .unsubscribeFromDataset),
+        ]
+        #expect(Set(cases.map(\.2)) == Set(CognitoOperation.allCases))
+        for (method, path, op) in cases {
+            #expect(Route.match(method: method, segments: path.split(separator: "/").map(String.init))?.operation == op, "\(method) \(path)")
+        }
+        #expect(Route.match(method: "PUT", segments: ["identitypools", "p"]) == nil)
+        #expect(Route.match(method: "GET", segments: ["other"]) == nil)
+        #expect(Route.match(method: "GET", segments: ["identitypools", "p", "identities", "i", "datasets", "d", "nope"]) == nil)
+    }
+}
