@@ -74,6 +74,17 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The load tool: N identities through the Cognito sync loop over loopback.
+        .executableTarget(
+            name: "syncledger-load",
+            dependencies: [
+                "SyncLedgerServer",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // A test helper: writes acknowledged updates until it is killed (the crash test).
         .executableTarget(
             name: "ledger-crash-writer",

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
+from urllib.parse import quote
 from types import SimpleNamespace
 from unittest import mock
 
@@ -89,6 +90,15 @@ def expect_raw_error(response, code, status):
     body = response.json()
     assert isinstance(body.get("message"), str) and body["message"], body
     return body["message"]
+
+
+def api_path(*segments):
+    """`/identitypools/...` with each segment percent-encoded as botocore does."""
+    return "/identitypools" + "".join("/" + quote(str(s), safe="~") for s in segments)
+
+
+def dataset_path(pool, identity, dataset, *rest):
+    return api_path(pool, "identities", identity, "datasets", dataset, *rest)
 
 
 def strip(response):

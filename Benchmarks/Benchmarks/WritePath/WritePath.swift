@@ -9,36 +9,42 @@ import Benchmark
 /// counterpart), so the built-in `throughput` metric counts operations; ``WriteMetrics`` adds
 /// the exact operations per second, operations per commit and CPU time per operation.
 let benchmarks: @Sendable () -> Void = {
-    // Raw LMDB: the reference, then the ledger's own puts without the ledger.
+    // Each ledger benchmark runs right after the raw LMDB benchmarks it is compared with, so
+    // a burst of other activity on the machine is less likely to fall between the two.
+
+    // Durable, one writer: the reference (one put per commit), the ledger's puts, the ledger.
     writeBenchmark("raw LMDB durable 1 put per commit", scalingFactor: .one) {
         try RawSinglePutFixture(durable: true)
     }
     writeBenchmark("raw LMDB durable, same puts", scalingFactor: .one) {
         try RawSamePutsFixture(durable: true, perCommit: 1)
     }
-    // An iteration's 1,000 operations take 15 commits of 64 and one of 40.
+    writeBenchmark("updateRecords durable 1 caller", scalingFactor: .one) {
+        try await LedgerFixture(durable: true, callers: 1)
+    }
+
+    // Durable, grouped: the ledger's puts 64 to a commit, then 64 concurrent callers sharing
+    // each iteration's operations. The raw iteration's 1,000 operations take 15 commits of 64
+    // and one of 40.
     writeBenchmark("raw LMDB durable, same puts, 64 per commit", scalingFactor: .kilo) {
         try RawSamePutsFixture(durable: true, perCommit: 64)
     }
+    writeBenchmark("updateRecords durable 64 callers", scalingFactor: .kilo) {
+        try await LedgerFixture(durable: true, callers: 64)
+    }
+
+    // Fast mode (no fsync): the same four comparisons.
     writeBenchmark("raw LMDB fast 1 put per commit", scalingFactor: .kilo) {
         try RawSinglePutFixture(durable: false)
     }
     writeBenchmark("raw LMDB fast, same puts", scalingFactor: .kilo) {
         try RawSamePutsFixture(durable: false, perCommit: 1)
     }
-    writeBenchmark("raw LMDB fast, same puts, 64 per commit", scalingFactor: .kilo) {
-        try RawSamePutsFixture(durable: false, perCommit: 64)
-    }
-
-    // The ledger: one caller, and 64 concurrent callers sharing each iteration's operations.
-    writeBenchmark("updateRecords durable 1 caller", scalingFactor: .one) {
-        try await LedgerFixture(durable: true, callers: 1)
-    }
-    writeBenchmark("updateRecords durable 64 callers", scalingFactor: .kilo) {
-        try await LedgerFixture(durable: true, callers: 64)
-    }
     writeBenchmark("updateRecords fast 1 caller", scalingFactor: .kilo) {
         try await LedgerFixture(durable: false, callers: 1)
+    }
+    writeBenchmark("raw LMDB fast, same puts, 64 per commit", scalingFactor: .kilo) {
+        try RawSamePutsFixture(durable: false, perCommit: 64)
     }
     writeBenchmark("updateRecords fast 64 callers", scalingFactor: .kilo) {
         try await LedgerFixture(durable: false, callers: 64)
