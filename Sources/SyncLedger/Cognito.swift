@@ -165,9 +165,10 @@ extension Ledger {
             }
             let meta = try dataset(txn, id: head.id, stream: stream)
             var matches = try changedRecords(txn, stream: stream, head: head, meta: meta, after: lastSyncCount)
-            matches.sort { ($0.syncCount, $0.key) < ($1.syncCount, $1.key) }
+            // Order by sync count, then key bytes (not String order, which merges equivalent keys).
+            matches.sort { $0.syncCount != $1.syncCount ? $0.syncCount < $1.syncCount : RecordKey($0.key) < RecordKey($1.key) }
             if let resume {
-                matches.removeAll { ($0.syncCount, $0.key) <= (resume.syncCount, resume.key) }
+                matches.removeAll { $0.syncCount < resume.syncCount || ($0.syncCount == resume.syncCount && !(RecordKey(resume.key) < RecordKey($0.key))) }
             }
             var token: String?
             if matches.count > maxResults {
@@ -202,7 +203,7 @@ extension Ledger {
         let prefix = [UInt8].bigEndian(head.id)
         var result: [Record] = []
         if after > 0 && since * 4 <= (meta?.recordCount ?? 0) + 8 {
-            var keys = Set<String>()
+            var keys = Set<RecordKey>()
             try txn.withCursor(schema.index) { cursor in
                 var pair = try cursor.seek(atLeast: Schema.indexKey(stream: head.id, offset: after + 1))
                 while let current = pair, current.key.starts(with: prefix) {
@@ -211,14 +212,14 @@ extension Ledger {
                         throw LedgerError(.corruptData, "index names sequence \(sequence), which the log lacks", stream: stream)
                     }
                     let (entry, _) = try decodeEntry(bytes, sequence: sequence, stream: stream, txn: txn)
-                    for event in entry.events { if let key = event.key { keys.insert(key) } }
+                    for event in entry.events { if let key = event.key { keys.insert(RecordKey(key)) } }
                     pair = try cursor.next()
                 }
             }
             let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: head.id)
             for key in keys {
-                if let state = try view.storedRecord(key), state.syncCount > after {
-                    result.append(Record(key: key, state: state))
+                if let state = try view.storedRecord(key.string), state.syncCount > after {
+                    result.append(Record(key: key.string, state: state))
                 }
             }
         } else {
@@ -269,7 +270,7 @@ extension Ledger {
     /// Validates patches and turns them into events.
     func events(for patches: [RecordPatch], stream: StreamName) throws(LedgerError) -> [Event] {
         let limits = options.limits
-        var seen = Set<String>()
+        var seen = Set<RecordKey>()  // byte-exact: canonically equivalent keys are different keys
         var events: [Event] = []
         events.reserveCapacity(patches.count)
         for (i, patch) in patches.enumerated() {
@@ -277,7 +278,7 @@ extension Ledger {
             guard keyLength >= 1, keyLength <= limits.maxKeyLength else {
                 throw LedgerError(.invalidParameter, "patch \(i): key \(quoted(patch.key)) must be 1-\(limits.maxKeyLength) characters, not \(keyLength)", stream: stream)
             }
-            guard seen.insert(patch.key).inserted else {
+            guard seen.insert(RecordKey(patch.key)).inserted else {
                 throw LedgerError(.invalidParameter, "patch \(i): key \(quoted(patch.key)) appears twice in one update", stream: stream)
             }
             switch patch.op {
@@ -329,7 +330,7 @@ extension Ledger {
                 throw LedgerError(.limitExceeded, "the dataset would hold \(meta.recordCount) records; the limit is \(limits.maxRecordsPerDataset)", stream: stream)
             }
         })
-        let records = patches.map { Record(key: $0.key, state: view.changed[$0.key]!) }
+        let records = patches.map { Record(key: $0.key, state: view.changed[RecordKey($0.key)]!) }
         return UpdateResult(records: records, syncCount: entry.offset)
     }
 

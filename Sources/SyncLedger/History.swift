@@ -66,7 +66,7 @@ extension Ledger {
     /// oldest first.
     public func history(of key: String, in stream: StreamName, from start: UInt64 = 1, _ body: (KeyChange) throws -> Bool) throws {
         try forEachEntry(in: stream, from: start) { entry in
-            for event in entry.events where event.key == key || event == .deleteDataset {
+            for event in entry.events where event.key.map({ $0.utf8.elementsEqual(key.utf8) }) == true || event == .deleteDataset {
                 guard try body(KeyChange(offset: entry.offset, sequence: entry.sequence, time: entry.time, author: entry.author, event: event)) else { return false }
             }
             return true

@@ -289,6 +289,9 @@ extension Ledger {
             guard config?.cognitoStreams?.streamName != nil else {
                 throw LedgerError(.invalidParameter, "identity pool \(pool) has no CognitoStreams stream configured")
             }
+            guard config?.cognitoStreams?.streamingStatus == "ENABLED" else {
+                throw LedgerError(.invalidParameter, "identity pool \(pool) has CognitoStreams streaming disabled; bulk publish needs StreamingStatus ENABLED")
+            }
             let state = try view.record("bulk-publish")?.value.map { try Self.decode(BulkPublishDetails.self, $0, stream: stream) }
             if state?.status == "IN_PROGRESS" {
                 throw LedgerError(.duplicateRequest, "a bulk publish of identity pool \(pool) is in progress")
@@ -298,6 +301,21 @@ extension Ledger {
             }
             return [.put(key: "bulk-publish", value: Self.json(BulkPublishDetails(status: "IN_PROGRESS", started: now)), deviceModified: nil)]
         }
+    }
+
+    /// Marks every bulk publish left `IN_PROGRESS` by a process that stopped as `FAILED`, so the
+    /// pool is not locked out by DuplicateRequest. Servers call this when they start.
+    /// - Returns: the pools whose bulk publish was failed.
+    @discardableResult
+    public func failInterruptedBulkPublishes(caller: String) async throws -> [IdentityPoolID] {
+        var failed: [IdentityPoolID] = []
+        for (stream, _) in try streams() where stream.identity == Self.systemIdentity && stream.dataset.rawValue == "configuration" {
+            if try bulkPublishDetails(stream.pool).status == "IN_PROGRESS" {
+                try await completeBulkPublish(stream.pool, failure: "interrupted: the server stopped before the bulk publish finished", caller: caller)
+                failed.append(stream.pool)
+            }
+        }
+        return failed
     }
 
     /// Ends the running bulk publish as `SUCCEEDED` or, with a message, `FAILED`.

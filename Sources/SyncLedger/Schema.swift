@@ -150,7 +150,7 @@ struct StoredDatasetView: DatasetView {
     let stream: StreamName
     let original: DatasetState?
     var dataset: DatasetState?
-    private(set) var changed: [String: RecordState] = [:]
+    private(set) var changed: [RecordKey: RecordState] = [:]
     private var cleared = false
 
     init(txn: Transaction, schema: Schema, stream: StreamName, streamID: UInt64) throws {
@@ -167,7 +167,7 @@ struct StoredDatasetView: DatasetView {
     }
 
     func record(_ key: String) throws -> RecordState? {
-        if let hit = changed[key] { return hit }
+        if let hit = changed[RecordKey(key)] { return hit }
         if cleared { return nil }
         return try storedRecord(key)
     }
@@ -179,7 +179,7 @@ struct StoredDatasetView: DatasetView {
         }
     }
 
-    mutating func setRecord(_ key: String, _ record: RecordState) throws { changed[key] = record }
+    mutating func setRecord(_ key: String, _ record: RecordState) throws { changed[RecordKey(key)] = record }
 
     mutating func removeAllRecords() throws {
         cleared = true
@@ -198,8 +198,8 @@ struct StoredDatasetView: DatasetView {
                 }
             }
         }
-        for key in changed.keys.sorted() {
-            try txn.put(schema.records, key: Schema.recordKey(stream: streamID, key: key), value: changed[key]!.encoded(fullKey: Schema.isLong(key) ? key : nil))
+        for (key, record) in changed.sorted(by: { $0.key < $1.key }) {
+            try txn.put(schema.records, key: Schema.recordKey(stream: streamID, key: key.string), value: record.encoded(fullKey: Schema.isLong(key.string) ? key.string : nil))
         }
         guard let dataset else { return }
         try txn.put(schema.datasets, key: prefix, value: dataset.encoded())

@@ -14,13 +14,18 @@ enum SignedToken {
     }
 
     static func sign(_ payload: [UInt8], kind: Kind, key: SymmetricKey) -> String {
-        "\(base64url(payload)).\(base64url(mac(payload, kind: kind, key: key)))"
+        var text = Base64URL.encode(payload)
+        text.append(UInt8(ascii: "."))
+        text += Base64URL.encode(mac(payload, kind: kind, key: key))
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// The payload of a token this key signed for `kind`, or nil.
     static func open(_ token: String, kind: Kind, key: SymmetricKey) -> [UInt8]? {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let payload = unbase64url(parts[0]), let tag = unbase64url(parts[1]), tag.count == 16 else { return nil }
+        let bytes = Array(token.utf8)
+        guard let dot = bytes.firstIndex(of: UInt8(ascii: ".")),
+              let payload = Base64URL.decode(bytes[..<dot]),
+              let tag = Base64URL.decode(bytes[(dot + 1)...]), tag.count == 16 else { return nil }
         let expected = mac(payload, kind: kind, key: key)
         // Constant-time comparison.
         var difference: UInt8 = 0
@@ -34,19 +39,59 @@ enum SignedToken {
         hmac.update(data: payload)
         return Array(hmac.finalize().prefix(16))
     }
+}
 
-    static func base64url(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+/// Unpadded base64url (RFC 4648 §5) over bytes, without Foundation's string machinery: tokens
+/// are checked on every write, so this is on the hot path.
+enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    private static let values: [UInt8] = {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for (i, c) in alphabet.enumerated() { table[Int(c)] = UInt8(i) }
+        return table
+    }()
+
+    static func encode(_ bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count * 4 + 2) / 3)
+        var i = 0
+        while i + 3 <= bytes.count {
+            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+            out.append(alphabet[Int(v >> 18)]); out.append(alphabet[Int(v >> 12 & 63)])
+            out.append(alphabet[Int(v >> 6 & 63)]); out.append(alphabet[Int(v & 63)])
+            i += 3
+        }
+        let rest = bytes.count - i
+        if rest == 1 {
+            let v = UInt32(bytes[i]) << 16
+            out.append(alphabet[Int(v >> 18)]); out.append(alphabet[Int(v >> 12 & 63)])
+        } else if rest == 2 {
+            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
+            out.append(alphabet[Int(v >> 18)]); out.append(alphabet[Int(v >> 12 & 63)]); out.append(alphabet[Int(v >> 6 & 63)])
+        }
+        return out
     }
 
-    static func unbase64url(_ text: Substring) -> [UInt8]? {
-        guard text.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5a) || ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x2d || $0 == 0x5f }) else { return nil }
-        var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while s.utf8.count % 4 != 0 { s += "=" }
-        return Data(base64Encoded: s).map { Array($0) }
+    /// Nil for a character outside the alphabet or an impossible length.
+    static func decode(_ text: ArraySlice<UInt8>) -> [UInt8]? {
+        guard text.count % 4 != 1 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(text.count * 3 / 4)
+        var acc: UInt32 = 0
+        var bits = 0
+        for c in text {
+            let v = values[Int(c)]
+            guard v != 0xFF else { return nil }
+            acc = acc << 6 | UInt32(v)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8(truncatingIfNeeded: acc >> UInt32(bits)))
+            }
+        }
+        // Leftover bits must be zero (a canonical encoding), so a token has one spelling.
+        guard acc & ((1 << UInt32(bits)) - 1) == 0 else { return nil }
+        return out
     }
 }
 
@@ -60,7 +105,7 @@ extension Ledger {
         var w = ByteWriter(capacity: 96)
         w.byte(1)
         w.signed(expires)
-        w.raw((0..<8).map { _ in UInt8.random(in: 0...255) })
+        w.fixed64(UInt64.random(in: 0...UInt64.max))  // one getrandom call, not eight
         w.raw(stream.key)
         countSession(pool: stream.pool)
         return SignedToken.sign(w.bytes, kind: .session, key: tokenKey)

@@ -164,7 +164,7 @@ extension Ledger {
                 guard let (key, record) = try? Schema.decodeRecord(key: current.key, value: current.value) else {
                     throw fail("a stored record does not decode")
                 }
-                guard record == view.records[key], current.key == Schema.recordKey(stream: id, key: key) else {
+                guard record == view.records[RecordKey(key)], current.key == Schema.recordKey(stream: id, key: key) else {
                     throw fail("the view of record \(quoted(key)) differs from the replayed log")
                 }
                 seen += 1

@@ -183,12 +183,31 @@ public func apply<View: DatasetView>(_ entry: LogEntry, to view: inout View) thr
     view.dataset = meta
 }
 
+/// A record key compared byte for byte (UTF-8), as Cognito compares keys: `"é"` (U+00E9) and
+/// `"e\u{301}"` are two different keys, although Swift's `String` calls them equal.
+public struct RecordKey: Hashable, Comparable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+    /// The key.
+    public let string: String
+
+    /// Wraps a key.
+    public init(_ string: String) { self.string = string }
+    public init(stringLiteral value: String) { self.string = value }
+
+    public static func == (a: RecordKey, b: RecordKey) -> Bool { a.string.utf8.elementsEqual(b.string.utf8) }
+    public static func < (a: RecordKey, b: RecordKey) -> Bool { a.string.utf8.lexicographicallyPrecedes(b.string.utf8) }
+    public func hash(into hasher: inout Hasher) {
+        for byte in string.utf8 { hasher.combine(byte) }
+        hasher.combine(string.utf8.count)
+    }
+    public var description: String { string }
+}
+
 /// A dataset's view held in memory: what replay and time travel return.
 public struct MemoryDatasetView: DatasetView, Hashable, Sendable {
     /// The metadata; nil before the first entry.
     public var dataset: DatasetState?
-    /// Every record, tombstones included, by key.
-    public var records: [String: RecordState]
+    /// Every record, tombstones included, by key (compared byte for byte).
+    public var records: [RecordKey: RecordState]
 
     /// An empty view (before the first entry).
     public init() {
@@ -196,12 +215,12 @@ public struct MemoryDatasetView: DatasetView, Hashable, Sendable {
         records = [:]
     }
 
-    public func record(_ key: String) throws -> RecordState? { records[key] }
-    public mutating func setRecord(_ key: String, _ record: RecordState) throws { records[key] = record }
+    public func record(_ key: String) throws -> RecordState? { records[RecordKey(key)] }
+    public mutating func setRecord(_ key: String, _ record: RecordState) throws { records[RecordKey(key)] = record }
     public mutating func removeAllRecords() throws { records.removeAll() }
 
     /// The records that have a value, by key.
-    public var liveRecords: [String: String] {
+    public var liveRecords: [RecordKey: String] {
         records.compactMapValues { $0.value }
     }
 }

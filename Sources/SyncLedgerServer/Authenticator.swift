@@ -1,5 +1,6 @@
 import Foundation
 import SyncLedger
+import Synchronization
 
 /// An HTTP request as the API layer sees it: raw path and query as sent, headers, body.
 struct WireRequest: Sendable {
@@ -9,9 +10,13 @@ struct WireRequest: Sendable {
     var headers: [(String, String)]
     var body: [UInt8]
 
-    /// The first value of header `name` (case-insensitive).
+    /// The first value of header `name`, given in lower case (header names arrive lower-cased
+    /// from the HTTP layer; others are compared case-insensitively).
     func header(_ name: String) -> String? {
-        headers.first { $0.0.caseInsensitiveCompare(name) == .orderedSame }?.1
+        for (key, value) in headers where key == name || (key.utf8.count == name.utf8.count && key.lowercased() == name) {
+            return value
+        }
+        return nil
     }
 }
 
@@ -27,6 +32,8 @@ struct Authenticator: Sendable {
     var service = "cognito-sync"
     /// The server's clock.
     var now: @Sendable () -> Date = { Date() }
+    /// Derived signing keys, which change once a day per credential.
+    let signingKeys = SigningKeyCache()
 
     /// The credential that signed `request`.
     /// - Throws: ``WireError`` NotAuthorizedException saying what is wrong.
@@ -65,9 +72,12 @@ struct Authenticator: Sendable {
             throw WireError.notAuthorized("unsupported authorization scheme; use \(SigV4.algorithm)")
         }
         var fields: [String: String] = [:]
-        for part in authorization.dropFirst(SigV4.algorithm.count + 1).split(separator: ",") {
-            let kv = part.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
-            if kv.count == 2 { fields[String(kv[0])] = String(kv[1]) }
+        for part in authorization.utf8.dropFirst(SigV4.algorithm.utf8.count + 1).split(separator: UInt8(ascii: ",")) {
+            let trimmed = part.drop { $0 == UInt8(ascii: " ") }
+            guard let eq = trimmed.firstIndex(of: UInt8(ascii: "=")) else { continue }
+            var value = trimmed[trimmed.index(after: eq)...]
+            while value.last == UInt8(ascii: " ") { value = value.dropLast() }
+            fields[String(decoding: trimmed[..<eq], as: UTF8.self)] = String(decoding: value, as: UTF8.self)
         }
         guard let credentialText = fields["Credential"], let signedText = fields["SignedHeaders"], let signature = fields["Signature"] else {
             throw WireError.notAuthorized("the Authorization header lacks Credential, SignedHeaders or Signature")
@@ -176,11 +186,27 @@ struct Authenticator: Sendable {
 
     private func checkSignature(_ signature: String, credential: Credential, amzDate: String, day: String, region: String, canonical: String) throws {
         let scope = "\(day)/\(region)/\(service)/aws4_request"
-        let expected = SigV4.signature(secret: credential.secretAccessKey, date: day, region: region, service: service,
-                                       stringToSign: SigV4.stringToSign(amzDate: amzDate, scope: scope, canonicalRequest: canonical))
+        let key = signingKeys.key(secret: credential.secretAccessKey, date: day, region: region, service: service)
+        let expected = SigV4.signature(signingKey: key, stringToSign: SigV4.stringToSign(amzDate: amzDate, scope: scope, canonicalRequest: canonical))
         guard constantTimeEqual(expected, signature.lowercased()) else {
             throw WireError.notAuthorized("the request signature does not match the one computed for access key \(credential.accessKeyID); check the secret and the signing method")
         }
+    }
+}
+
+/// Remembers SigV4 signing keys (four HMACs to derive) by secret, day, region and service.
+final class SigningKeyCache: Sendable {
+    private let keys = Mutex<[String: [UInt8]]>([:])
+
+    func key(secret: String, date: String, region: String, service: String) -> [UInt8] {
+        let id = "\(date)/\(region)/\(service)/\(secret)"
+        if let hit = keys.withLock({ $0[id] }) { return hit }
+        let key = SigV4.signingKey(secret: secret, date: date, region: region, service: service)
+        keys.withLock { cache in
+            if cache.count > 10_000 { cache.removeAll() }
+            cache[id] = key
+        }
+        return key
     }
 }
 

@@ -56,6 +56,9 @@ public enum SyncLedgerServer {
                 say("Using the admin credential kept in \(configuration.dataDirectory) (access key \(stored.accessKeyID)).")
             }
         }
+        for pool in try await ledger.failInterruptedBulkPublishes(caller: "syncledger-server") {
+            logger.warning("a bulk publish was interrupted by a restart; marked FAILED", metadata: ["pool": "\(pool)"])
+        }
         let handler = RequestHandler(
             api: CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, admin: admin), bulkPublishMinimum: configuration.bulkPublishMinimum),
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0),
@@ -113,11 +116,13 @@ struct RequestHandler: Sendable {
         } catch {
             wire = .error(.invalidParameter("the request body exceeds \(maxBodyBytes) bytes or could not be read"))
         }
-        let seconds = Double((ContinuousClock.now - start).components.attoseconds) / 1e18 + Double((ContinuousClock.now - start).components.seconds)
+        let elapsed = (ContinuousClock.now - start).components
+        let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+        let micros = Int(seconds * 1_000_000)
         metrics.record(operation: operation, status: wire.status, seconds: seconds)
         logger.info("request", metadata: [
             "op": "\(operation)", "identity": "\(identity ?? "-")", "status": "\(wire.status)",
-            "ms": "\(String(format: "%.2f", seconds * 1000))",
+            "ms": "\(micros / 1000).\(String(micros % 1000 + 1000).dropFirst())",
         ])
         var fields = HTTPFields()
         for (name, value) in wire.headers {

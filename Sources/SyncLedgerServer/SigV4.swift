@@ -96,15 +96,37 @@ public enum SigV4 {
 
     /// A header value trimmed, inner runs of spaces collapsed.
     public static func trimAll(_ value: String) -> String {
-        value.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ")
+        var out: [UInt8] = []
+        out.reserveCapacity(value.utf8.count)
+        var pendingSpace = false
+        for b in value.utf8 {
+            if b == 0x20 || b == 0x09 {
+                pendingSpace = !out.isEmpty
+            } else {
+                if pendingSpace { out.append(0x20) }
+                pendingSpace = false
+                out.append(b)
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// The canonical request.
     public static func canonicalRequest(method: String, canonicalURI: String, canonicalQuery: String, headers: [(String, String)], signedHeaders: [String], payloadHash: String) -> String {
-        var byName: [String: [String]] = [:]
-        for (name, value) in headers { byName[name.lowercased(), default: []].append(trimAll(value)) }
-        let canonicalHeaders = signedHeaders.map { "\($0):\((byName[$0] ?? []).joined(separator: ","))\n" }.joined()
-        return [method, canonicalURI, canonicalQuery, canonicalHeaders, signedHeaders.joined(separator: ";"), payloadHash].joined(separator: "\n")
+        var text = method + "\n" + canonicalURI + "\n" + canonicalQuery + "\n"
+        for name in signedHeaders {
+            text += name
+            text += ":"
+            var first = true
+            for (key, value) in headers where key == name || (key.utf8.count == name.utf8.count && key.lowercased() == name) {
+                if !first { text += "," }
+                text += trimAll(value)
+                first = false
+            }
+            text += "\n"
+        }
+        text += "\n" + signedHeaders.joined(separator: ";") + "\n" + payloadHash
+        return text
     }
 
     /// The string to sign.
@@ -114,14 +136,24 @@ public enum SigV4 {
 
     /// The signature (hex) of `stringToSign` with the key derived from `secret`.
     public static func signature(secret: String, date: String, region: String, service: String, stringToSign: String) -> String {
-        func hmac(_ key: [UInt8], _ text: String) -> [UInt8] {
-            Array(HMAC<SHA256>.authenticationCode(for: Array(text.utf8), using: SymmetricKey(data: key)))
-        }
+        signature(signingKey: signingKey(secret: secret, date: date, region: region, service: service), stringToSign: stringToSign)
+    }
+
+    /// The signing key: HMAC chain of "AWS4"+secret over date, region, service, "aws4_request".
+    public static func signingKey(secret: String, date: String, region: String, service: String) -> [UInt8] {
         let kDate = hmac(Array("AWS4\(secret)".utf8), date)
         let kRegion = hmac(kDate, region)
         let kService = hmac(kRegion, service)
-        let kSigning = hmac(kService, "aws4_request")
-        return hex(hmac(kSigning, stringToSign))
+        return hmac(kService, "aws4_request")
+    }
+
+    /// The signature (hex) of `stringToSign` with a derived signing key.
+    public static func signature(signingKey: [UInt8], stringToSign: String) -> String {
+        hex(hmac(signingKey, stringToSign))
+    }
+
+    private static func hmac(_ key: [UInt8], _ text: String) -> [UInt8] {
+        Array(HMAC<SHA256>.authenticationCode(for: Array(text.utf8), using: SymmetricKey(data: key)))
     }
 
     /// `yyyyMMdd'T'HHmmss'Z'` for `date`.

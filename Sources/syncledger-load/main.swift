@@ -86,9 +86,10 @@ func syncLoop(identity: String, options: Options, signer: SigV4Signer, group: an
                 headers.add(name: name, value: value)
             }
             let uri = query.map { "\(path)?\($0)" } ?? path
-            try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: method, uri: uri, headers: headers)))
-            if !body.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
-            try await outbound.write(.end(nil))
+            var parts: [HTTPClientRequestPart] = [.head(HTTPRequestHead(version: .http1_1, method: method, uri: uri, headers: headers))]
+            if !body.isEmpty { parts.append(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
+            parts.append(.end(nil))
+            try await outbound.write(contentsOf: parts)  // one flush: one segment per request
             var status = 0
             var data: [UInt8] = []
             while let part = try await responses.next() {

@@ -39,7 +39,7 @@ import Testing
             for after in 0...3 {
                 let viaList = try ledger.allRecords(s, after: UInt64(after)).records
                 let replay = try ledger.dataset(s, asOfSyncCount: 3).records.filter { $0.value.syncCount > after }
-                #expect(Set(viaList.map(\.key)) == Set(replay.keys))
+                #expect(Set(viaList.map { RecordKey($0.key) }) == Set(replay.keys))
             }
         }
     }
@@ -252,6 +252,37 @@ import Testing
         let ledger = try Ledger(directory: dir)
         defer { ledger.close() }
         #expect(try await ledger.poolUsage(stream().pool).syncSessionsCount == 5)
+    }
+
+    /// Keys are compared byte for byte, as Cognito does: "é" and "e\u{301}" are two records,
+    /// although Swift's String equality calls them equal.
+    @Test func canonicallyEquivalentKeysAreDifferentRecords() async throws {
+        try await withLedger { ledger in
+            let s = stream()
+            let composed = "\u{e9}"
+            let decomposed = "e\u{301}"
+            try await ledger.put(s, ["a": "0"])                                         // 1
+            let token = try ledger.listRecords(s).syncSessionToken
+            let both = try await ledger.updateRecords(s, patches: [
+                RecordPatch(op: .replace, key: composed, value: "1", syncCount: 0),
+                RecordPatch(op: .replace, key: decomposed, value: "2", syncCount: 0),
+            ], sessionToken: token)                                                     // 2
+            #expect(both.records.count == 2)
+            _ = try await ledger.updateRecords(s, patches: [RecordPatch(op: .replace, key: decomposed, value: "3", syncCount: 2)], sessionToken: token)  // 3
+            for after in [UInt64(0), 1, 2] {  // record scan and log walk alike
+                let keys = try ledger.allRecords(s, after: after).records.map { Array($0.key.utf8) }
+                #expect(Set(keys).count == keys.count)
+                #expect(keys.contains(Array(decomposed.utf8)), "after \(after)")
+                #expect(keys.contains(Array(composed.utf8)) == (after < 2), "after \(after)")
+            }
+            #expect(try ledger.describeDataset(s).numRecords == 3)
+            let replay = try ledger.dataset(s, asOfSyncCount: 3)
+            #expect(replay.liveRecords[RecordKey(composed)] == "1" && replay.liveRecords[RecordKey(decomposed)] == "3")
+            var changes = 0
+            try ledger.history(of: decomposed, in: s) { _ in changes += 1; return true }
+            #expect(changes == 2)
+            #expect(try ledger.verify().isValid)
+        }
     }
 
     @Test func authorAndDeviceTimesAreKept() async throws {

@@ -66,7 +66,9 @@ import Testing
             let pool = stream().pool
             #expect(try ledger.bulkPublishDetails(pool).status == "NOT_STARTED")
             await expectLedgerError(.invalidParameter) { try await ledger.beginBulkPublish(pool, caller: "admin") }
-            _ = try await ledger.setPoolConfiguration(pool, pushSync: nil, cognitoStreams: StreamsConfiguration(streamName: "s"), caller: "admin")
+            _ = try await ledger.setPoolConfiguration(pool, pushSync: nil, cognitoStreams: StreamsConfiguration(streamName: "s", streamingStatus: "DISABLED"), caller: "admin")
+            await expectLedgerError(.invalidParameter) { try await ledger.beginBulkPublish(pool, caller: "admin") }
+            _ = try await ledger.setPoolConfiguration(pool, pushSync: nil, cognitoStreams: StreamsConfiguration(streamName: "s", streamingStatus: "ENABLED"), caller: "admin")
             try await ledger.beginBulkPublish(pool, caller: "admin")
             #expect(try ledger.bulkPublishDetails(pool).status == "IN_PROGRESS")
             await expectLedgerError(.duplicateRequest) { try await ledger.beginBulkPublish(pool, caller: "admin") }
@@ -80,6 +82,12 @@ import Testing
             try await ledger.completeBulkPublish(pool, failure: "sink unreachable", caller: "admin")
             #expect(try ledger.bulkPublishDetails(pool).status == "FAILED")
             #expect(try ledger.bulkPublishDetails(pool).failureMessage == "sink unreachable")
+            // One left IN_PROGRESS by a stopped process is failed on the next start.
+            clock.advance(seconds: 60)
+            try await ledger.beginBulkPublish(pool, caller: "admin")
+            #expect(try await ledger.failInterruptedBulkPublishes(caller: "restart") == [pool])
+            #expect(try ledger.bulkPublishDetails(pool).status == "FAILED")
+            #expect(try await ledger.failInterruptedBulkPublishes(caller: "restart").isEmpty)
         }
     }
 

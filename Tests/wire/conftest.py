@@ -9,6 +9,7 @@ The binary is `$SYNCLEDGER_BIN`, else `<repo>/.build/debug/syncledger` (build it
 
 import contextlib
 import datetime
+import http.client
 import json
 import os
 import shutil
@@ -19,7 +20,6 @@ import threading
 import time
 import uuid
 from urllib.parse import quote
-from types import SimpleNamespace
 from unittest import mock
 
 import boto3
@@ -105,6 +105,19 @@ def strip(response):
     response = dict(response)
     response.pop("ResponseMetadata", None)
     return response
+
+
+class RawResponse:
+    """What `Server.raw` returns: a small stand-in for a `requests` response."""
+
+    def __init__(self, status, headers, content):
+        self.status_code = status
+        self.headers = requests.structures.CaseInsensitiveDict(headers)
+        self.content = content
+        self.text = content.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.content)
 
 
 class Server:
@@ -193,7 +206,7 @@ class Server:
         return cred
 
     def raw(self, method, path, body=b"", query="", key=ADMIN_KEY, secret=ADMIN_SECRET, token=None,
-            headers=None, sign=True, clock_skew=0, mutate=None):
+            headers=None, sign=True, clock_skew=0, mutate=None, service=SERVICE, region=REGION):
         """Sends a request signed with botocore's SigV4Auth (or unsigned) and returns the
         `requests` response. `path` and `query` are sent as given (already percent-encoded).
         `mutate(headers)` may alter the signed headers before sending."""
@@ -205,11 +218,25 @@ class Server:
         request = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
         if sign:
             with skewed_clock(clock_skew):
-                SigV4Auth(Credentials(key, secret, token), SERVICE, REGION).add_auth(request)
+                SigV4Auth(Credentials(key, secret, token), service, region).add_auth(request)
         sent = {k: v for k, v in request.headers.items()}
         if mutate:
             mutate(sent)
-        return requests.request(method, url, data=bytes(body), headers=sent, timeout=60)
+        # http.client sends the path exactly as signed (requests/urllib3 would re-quote a
+        # malformed percent-escape).
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            target = path + (("?" + query) if query else "")
+            connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+            sent.setdefault("Host", self.host)
+            for name, value in sent.items():
+                connection.putheader(name, value)
+            connection.putheader("Content-Length", str(len(body)))
+            connection.endheaders(bytes(body))
+            reply = connection.getresponse()
+            return RawResponse(reply.status, reply.getheaders(), reply.read())
+        finally:
+            connection.close()
 
     def cli(self, *args, key=ADMIN_KEY, secret=ADMIN_SECRET, token=None):
         """Runs `aws cognito-sync ARGS --endpoint-url URL --region us-east-1 --output json`
@@ -331,12 +358,3 @@ class Dataset:
             described = e.response["Error"]["Code"]
         return dict(records=records, count=page["DatasetSyncCount"], exists=page["DatasetExists"],
                     described=described)
-
-
-@pytest.fixture
-def wire():
-    """The module-level helpers, for tests that want them without importing conftest."""
-    return SimpleNamespace(new_id=new_id, expect_error=expect_error, expect_raw_error=expect_raw_error,
-                           skewed_clock=skewed_clock, strip=strip, Dataset=Dataset,
-                           start_server=start_server, ADMIN_KEY=ADMIN_KEY, ADMIN_SECRET=ADMIN_SECRET,
-                           MAIN_MAX_BODY_BYTES=MAIN_MAX_BODY_BYTES)

@@ -53,7 +53,7 @@ def test_value_at_the_limit_fills_the_dataset_exactly(ds):
                  [{"Op": "replace", "Key": "k2", "Value": "", "SyncCount": 0}])
     assert ds.snapshot("full") == before
     # Shrinking and adding in one update is judged on the result.
-    out = ds.update("full", [{"Op": "replace", "Key": "k", "Value": "x" * (MAX_VALUE - 3), "SyncCount": 1},
+    out = ds.update("full", [{"Op": "replace", "Key": "k", "Value": "x" * (MAX_VALUE - 4), "SyncCount": 1},
                              {"Op": "replace", "Key": "k2", "Value": "yy", "SyncCount": 0}])
     assert [r["SyncCount"] for r in out["Records"]] == [2, 2]
     assert ds.describe("full")["DataStorage"] == MAX_DATASET_BYTES

@@ -4,7 +4,6 @@ import datetime
 import time
 
 import pytest
-from botocore.exceptions import ClientError
 
 from conftest import expect_error, new_id, strip, start_server
 
@@ -257,6 +256,11 @@ def test_bulk_publish_state_machine(slow_publish_server):
     expect_error(admin.bulk_publish, "InvalidParameterException", 400, IdentityPoolId=pool)
     assert admin.get_bulk_publish_details(IdentityPoolId=pool)["BulkPublishStatus"] == "NOT_STARTED"
 
+    # Streaming disabled: bulk publish fails as the model documents.
+    admin.set_identity_pool_configuration(IdentityPoolId=pool, CognitoStreams={"StreamName": "kinesis-stream", "StreamingStatus": "DISABLED"})
+    expect_error(admin.bulk_publish, "InvalidParameterException", 400, IdentityPoolId=pool)
+    assert admin.get_bulk_publish_details(IdentityPoolId=pool)["BulkPublishStatus"] == "NOT_STARTED"
+
     admin.set_identity_pool_configuration(IdentityPoolId=pool, CognitoStreams={
         "StreamName": "kinesis-stream", "RoleArn": "arn:aws:iam::123456789012:role/streams", "StreamingStatus": "ENABLED"})
     started = time.monotonic()
@@ -283,4 +287,4 @@ def test_bulk_publish_state_machine(slow_publish_server):
 
     # Within 24 hours of a success: AlreadyStreamedException, state unchanged.
     expect_error(admin.bulk_publish, "AlreadyStreamedException", 400, IdentityPoolId=pool)
-    assert admin.get_bulk_publish_details(IdentityPoolId=pool) ["BulkPublishStatus"] == "SUCCEEDED"
+    assert admin.get_bulk_publish_details(IdentityPoolId=pool)["BulkPublishStatus"] == "SUCCEEDED"
