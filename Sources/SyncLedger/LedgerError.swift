@@ -71,6 +71,17 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         self.underlying = underlying
     }
 
+    /// Whether this error is a refusal raised before anything was written (a conflict, a limit,
+    /// a missing dataset, bad input, a token, a duplicate or repeated bulk publish). The writer
+    /// relies on it: a job may throw these only before its first write; anything else it
+    /// throws makes the writer redo the group with the job isolated in a nested transaction.
+    public var isCleanRefusal: Bool {
+        switch code {
+        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed: true
+        default: false
+        }
+    }
+
     public var description: String {
         var text = "\(code): \(message)"
         if let stream { text += " [stream \(stream)" + (offset.map { " offset \($0)" } ?? "") + "]" }

@@ -33,9 +33,10 @@ final class GroupCommitWriter: @unchecked Sendable {
     /// The most callers one transaction takes.
     let maxGroup: Int
 
-    init(environment: Environment, maxGroup: Int = 1024) {
+    init(environment: Environment, maxGroup: Int = 1024, gatherWindow: Duration = .zero) {
         self.environment = environment
         self.maxGroup = maxGroup
+        self.gatherWindow = gatherWindow
         let thread = Thread { [self] in self.loop() }
         thread.name = "syncledger-writer"
         thread.start()
@@ -99,7 +100,12 @@ final class GroupCommitWriter: @unchecked Sendable {
         finished.wait()
     }
 
+    /// How long a durable group waits for the callers of the previous group to come back.
+    let gatherWindow: Duration
+
     private func loop() {
+        // Callers served by the last commit: they are likely to write again soon.
+        var lastGroup = 1
         while true {
             condition.lock()
             while queue.isEmpty && !closed { condition.wait() }
@@ -108,31 +114,62 @@ final class GroupCommitWriter: @unchecked Sendable {
                 finished.signal()
                 return
             }
+            // Durable commits cost an fsync each, so a group that is still filling up is worth
+            // a short wait: callers just released by the previous commit are on their way back.
+            // A lone caller (lastGroup 1) never waits.
+            if gatherWindow > .zero, queue.count < lastGroup {
+                let deadline = Date().addingTimeInterval(Double(gatherWindow.components.attoseconds) / 1e18)
+                while queue.count < lastGroup, !closed, condition.wait(until: deadline) {}
+            }
             let group = Array(queue.prefix(maxGroup))
+            lastGroup = group.count
             queue.removeFirst(group.count)
             condition.unlock()
             commit(group)
         }
     }
 
+    /// Thrown inside a group transaction when a job failed after it may have written: the
+    /// group is aborted and run again with each job in its own nested transaction.
+    private struct RetryIsolated: Error {}
+
     private func commit(_ group: [Job]) {
         var outcomes = [(any Error)?](repeating: nil, count: group.count)
         do {
-            try environment.write { txn in
-                if group.count == 1 {
-                    // One caller: its own transaction is the group's; a failure aborts both.
-                    try group[0].run(txn)
-                    outcomes[0] = nil
-                    return
+            do {
+                try environment.write { txn in
+                    // Fast path: every job runs straight in the group's transaction. Jobs refuse
+                    // (conflict, limit, not found, bad input) before their first write — see
+                    // ``LedgerError/isCleanRefusal`` — so a refusal leaves nothing behind. LMDB
+                    // charges a nested transaction for copying the parent's dirty-page list, which
+                    // grows with the group; this path avoids that cost.
+                    for (i, job) in group.enumerated() {
+                        do {
+                            try job.run(txn)
+                            outcomes[i] = nil
+                        } catch let error as LedgerError where error.isCleanRefusal {
+                            outcomes[i] = error
+                        } catch let error as LMDBError where error == .mapFull {
+                            throw error  // grow the map and run the group again
+                        } catch {
+                            if group.count == 1 { throw error }
+                            throw RetryIsolated()
+                        }
+                    }
                 }
-                for (i, job) in group.enumerated() {
-                    do {
-                        try txn.nested(job.run)
-                        outcomes[i] = nil
-                    } catch let error as LMDBError where error == .mapFull || error.isDiskFull || error.isCorruption {
-                        throw error  // the whole group: grow and retry, or fail together
-                    } catch {
-                        outcomes[i] = error
+            } catch is RetryIsolated {
+                // Slow path: one job failed in a way that may have left writes. Each job now gets
+                // its own nested transaction, so that failure undoes only its own changes.
+                try environment.write { txn in
+                    for (i, job) in group.enumerated() {
+                        do {
+                            try txn.nested(job.run)
+                            outcomes[i] = nil
+                        } catch let error as LMDBError where error == .mapFull || error.isDiskFull || error.isCorruption {
+                            throw error  // the whole group: grow and retry, or fail together
+                        } catch {
+                            outcomes[i] = error
+                        }
                     }
                 }
             }
@@ -141,11 +178,7 @@ final class GroupCommitWriter: @unchecked Sendable {
             if let lmdb = error as? LMDBError, lmdb == .io, environment.isOutOfSpace() {
                 mapped = LedgerError(.diskFull, "the disk is full (a short write); nothing of this write was stored", underlying: lmdb)
             }
-            if group.count == 1 {
-                outcomes[0] = mapped
-            } else {
-                for i in outcomes.indices where outcomes[i] == nil { outcomes[i] = mapped }
-            }
+            for i in outcomes.indices where outcomes[i] == nil || group.count == 1 { outcomes[i] = mapped }
         }
         condition.lock()
         statsStore.commits += 1
