@@ -1,0 +1,194 @@
+import LedgerStorage
+
+/// What ``Ledger/merge(_:)`` did with a segment.
+public struct MergeReport: Sendable, Equatable {
+    /// Entries appended.
+    public var applied = 0
+    /// Entries already present (same stream, offset and hash), skipped.
+    public var skipped = 0
+    /// The source sequence of the segment's last entry (a follower's checkpoint).
+    public var lastSourceSequence: UInt64 = 0
+}
+
+extension Ledger {
+    // MARK: Export
+
+    /// The next segment of the change feed: entries after commit sequence `after`, up to about
+    /// `maxBytes` of encoded entries (at least one entry). Nil when there is nothing after it.
+    public func feedSegment(after sequence: UInt64, maxBytes: Int = 4 << 20, level: Int32 = 3) throws -> Segment? {
+        var entries: [Segment.Entry] = []
+        var size = 0
+        var names: [UInt64: StreamName] = [:]
+        var next = sequence + 1
+        while size < maxBytes {
+            let batch = try read { txn -> [Segment.Entry] in
+                var result: [Segment.Entry] = []
+                try txn.withCursor(schema.log) { cursor in
+                    var pair = try cursor.seek(atLeast: .bigEndian(next))
+                    while let current = pair, result.count < Self.scanBatch {
+                        let id = current.value.bigEndianUInt64()
+                        if names[id] == nil {
+                            if names.count > 4096 { names.removeAll() }
+                            names[id] = try streamName(txn, id: id)
+                        }
+                        result.append(try segmentEntry(current.value, sequence: current.key.bigEndianUInt64(), stream: names[id]!, txn: txn))
+                        pair = try cursor.next()
+                    }
+                }
+                return result
+            }
+            for e in batch {
+                entries.append(e)
+                size += e.body.count + 48
+                if size >= maxBytes { break }
+            }
+            guard batch.count == Self.scanBatch, let last = entries.last else { break }
+            next = last.sequence + 1
+        }
+        return entries.isEmpty ? nil : Segment(scope: .feed, entries: entries, compressionLevel: level)
+    }
+
+    /// The next segment of one stream: its entries from offset `after + 1`, up to about
+    /// `maxBytes`. Nil when the stream has nothing after that offset.
+    public func streamSegment(_ stream: StreamName, after offset: UInt64, maxBytes: Int = 4 << 20, level: Int32 = 3) throws -> Segment? {
+        var entries: [Segment.Entry] = []
+        var size = 0
+        var previous = LogEntry.genesisHash
+        var next = offset + 1
+        while size < maxBytes {
+            let batch = try read { txn -> [Segment.Entry] in
+                guard let head = try head(txn, stream), head.offset >= next else { return [] }
+                if entries.isEmpty, next > 1 {
+                    previous = try entryAt(txn, streamID: head.id, stream: stream, offset: next - 1)?.hash ?? LogEntry.genesisHash
+                }
+                var result: [Segment.Entry] = []
+                let prefix = [UInt8].bigEndian(head.id)
+                try txn.withCursor(schema.index) { cursor in
+                    var pair = try cursor.seek(atLeast: Schema.indexKey(stream: head.id, offset: next))
+                    while let current = pair, current.key.starts(with: prefix), result.count < Self.scanBatch {
+                        let sequence = current.value.bigEndianUInt64()
+                        guard let bytes = try txn.get(schema.log, key: .bigEndian(sequence)) else {
+                            throw LedgerError(.corruptData, "the index names sequence \(sequence), which the log lacks", stream: stream)
+                        }
+                        result.append(try segmentEntry(bytes, sequence: sequence, stream: stream, txn: txn))
+                        pair = try cursor.next()
+                    }
+                }
+                return result
+            }
+            for e in batch {
+                entries.append(e)
+                size += e.body.count + 48
+                if size >= maxBytes { break }
+            }
+            guard batch.count == Self.scanBatch, let last = entries.last else { break }
+            next = last.entry.offset + 1
+        }
+        return entries.isEmpty ? nil : Segment(scope: .stream(stream), previousHash: previous, entries: entries, compressionLevel: level)
+    }
+
+    private func segmentEntry(_ stored: [UInt8], sequence: UInt64, stream: StreamName, txn: Transaction) throws -> Segment.Entry {
+        let (entry, _) = try decodeEntry(stored, sequence: sequence, stream: stream, txn: txn)
+        return Segment.Entry(stream: stream, sequence: sequence, hash: entry.hash, body: Array(stored[40...]), entry: entry)
+    }
+
+    /// The stored hash of the entry at `offset` of a stream, or nil.
+    func entryAt(_ txn: Transaction, streamID: UInt64, stream: StreamName, offset: UInt64) throws -> LogEntry? {
+        guard let seq = try txn.get(schema.index, key: Schema.indexKey(stream: streamID, offset: offset)) else { return nil }
+        guard let bytes = try txn.get(schema.log, key: .bigEndian(seq.bigEndianUInt64())) else {
+            throw LedgerError(.corruptData, "the index names sequence \(seq.bigEndianUInt64()), which the log lacks", stream: stream, offset: offset)
+        }
+        return try decodeEntry(bytes, sequence: seq.bigEndianUInt64(), stream: stream, txn: txn).0
+    }
+
+    // MARK: Merge
+
+    /// Applies a segment's entries to this ledger, all or nothing, in one group commit.
+    ///
+    /// Entries already present (same stream, offset and hash) are skipped, so merging a segment
+    /// twice changes nothing. The segment is refused as a whole — nothing applied — when an entry
+    /// leaves a gap (offset beyond the stream's head + 1), does not chain to the local head, or
+    /// differs from the local entry at its offset (the histories diverged).
+    ///
+    /// - Throws: ``LedgerError`` `.invalidParameter` saying which entry and why.
+    @discardableResult
+    public func merge(_ segment: Segment) async throws -> MergeReport {
+        try await write { [self] txn in try self.merge(segment, txn) }
+    }
+
+    /// Decodes and merges segment file bytes. See ``merge(_:)`` and ``Segment/decode(_:)``.
+    @discardableResult
+    public func merge(bytes: [UInt8]) async throws -> MergeReport {
+        try await merge(try Segment.decode(bytes))
+    }
+
+    func merge(_ segment: Segment, _ txn: Transaction) throws -> MergeReport {
+        // Pass 1, reads only: decide for every entry, so a refusal leaves nothing written.
+        var heads: [StreamName: (offset: UInt64, hash: [UInt8])] = [:]
+        var plan: [Bool] = []  // true: apply
+        var report = MergeReport()
+        for (i, e) in segment.entries.enumerated() {
+            let head: (offset: UInt64, hash: [UInt8])
+            if let simulated = heads[e.stream] {
+                head = simulated
+            } else {
+                let stored = try self.head(txn, e.stream)
+                head = (stored?.offset ?? 0, stored?.hash ?? LogEntry.genesisHash)
+            }
+            let offset = e.entry.offset
+            func refuse(_ why: String) -> LedgerError {
+                LedgerError(.invalidParameter, "segment refused at entry \(i) (\(e.stream) offset \(offset)): \(why); nothing was applied", stream: e.stream, offset: offset)
+            }
+            if offset <= head.offset {
+                guard let stored = try self.head(txn, e.stream),
+                      let local = try entryAt(txn, streamID: stored.id, stream: e.stream, offset: offset) else {
+                    throw refuse("the local stream lacks that offset")
+                }
+                guard local.hash == e.hash else { throw refuse("the local entry at that offset differs: the histories diverged") }
+                plan.append(false)
+                report.skipped += 1
+                if heads[e.stream] == nil { heads[e.stream] = head }
+                continue
+            }
+            guard offset == head.offset + 1 else { throw refuse("a gap: the local head is at offset \(head.offset)") }
+            guard LogEntry.chainHash(previous: head.hash, stream: e.stream, body: e.body) == e.hash else {
+                throw refuse("it does not chain to the local entry at offset \(head.offset)")
+            }
+            heads[e.stream] = (offset, e.hash)
+            plan.append(true)
+            report.applied += 1
+        }
+        // Pass 2: append what is new.
+        for (e, apply) in zip(segment.entries, plan) where apply {
+            try appendExisting(txn, e)
+        }
+        report.lastSourceSequence = segment.entries.last?.sequence ?? 0
+        return report
+    }
+
+    /// Appends an entry made elsewhere (its offset, time, author, events and hash kept) with a
+    /// local commit sequence, and applies it to the views. The caller checked its chain.
+    func appendExisting(_ txn: Transaction, _ e: Segment.Entry) throws {
+        let existing = try head(txn, e.stream)
+        let id: UInt64
+        if let existing {
+            id = existing.id
+        } else {
+            let last = try txn.withCursor(schema.streamNames) { try $0.last() }
+            id = (last?.key.bigEndianUInt64() ?? 0) + 1
+            try txn.put(schema.streamNames, key: .bigEndian(id), value: e.stream.key)
+        }
+        let sequence = try (txn.withCursor(schema.log) { try $0.last() }?.key.bigEndianUInt64() ?? 0) + 1
+        let entry = LogEntry(stream: e.stream, offset: e.entry.offset, sequence: sequence, time: e.entry.time, author: e.entry.author, events: e.entry.events, hash: e.hash)
+        var view = try StoredDatasetView(txn: txn, schema: schema, stream: e.stream, streamID: id)
+        try apply(entry, to: &view)
+        var stored = ByteWriter(capacity: 40 + e.body.count)
+        stored.fixed64(id)
+        stored.raw(e.hash)
+        stored.raw(e.body)
+        try txn.put(schema.log, key: .bigEndian(sequence), value: stored.bytes, flags: .append)
+        try txn.put(schema.index, key: Schema.indexKey(stream: id, offset: entry.offset), value: .bigEndian(sequence))
+        try txn.put(schema.streams, key: e.stream.key, value: StreamHead(id: id, offset: entry.offset, hash: e.hash).encoded())
+        try view.flush()
+    }
+}

@@ -1,0 +1,145 @@
+import Foundation
+import Testing
+@testable import SyncLedger
+
+@Suite struct SegmentTests {
+    /// A ledger with a few streams, deletes and system records.
+    private func populate(_ ledger: Ledger) async throws {
+        for i in 0..<30 {
+            try await ledger.put(stream("d\(i % 3)", identity: "\(i % 2)"), ["k\(i % 7)": "v\(i)", "n": "\(i)"])
+        }
+        try await ledger.deleteDataset(stream("d1", identity: "0"))
+        try await ledger.put(stream("d1", identity: "0"), ["again": "yes"])
+        _ = try await ledger.registerDevice(pool: stream().pool, identity: stream().identity, platform: .gcm, token: "t")
+    }
+
+    @Test func encodeDecodeRoundTrips() async throws {
+        try await withLedger { ledger in
+            try await populate(ledger)
+            let feed = try #require(try ledger.feedSegment(after: 0))
+            let bytes = try feed.encoded()
+            let decoded = try Segment.decode(bytes)
+            #expect(decoded == feed)
+            #expect(decoded.entries.count == Int(try ledger.lastSequence))
+            #expect(decoded.compressedSize < decoded.uncompressedSize)
+            let s = stream("d1", identity: "0")
+            let tail = try #require(try ledger.streamSegment(s, after: 3))
+            #expect(tail.entries.map(\.entry.offset) == Array(4...UInt64(tail.entries.count + 3)))
+            #expect(try Segment.decode(try tail.encoded()) == tail)
+            #expect(try ledger.streamSegment(s, after: 99) == nil)
+        }
+    }
+
+    @Test func exportAndMergeReproduceTheLedgerAndMergingTwiceChangesNothing() async throws {
+        try await withLedger { leader in
+            try await populate(leader)
+            try await withLedger { follower in
+                var after: UInt64 = 0
+                while let segment = try leader.feedSegment(after: after, maxBytes: 600) {
+                    let report = try await follower.merge(bytes: try segment.encoded())
+                    #expect(report.applied == segment.entries.count && report.skipped == 0)
+                    after = report.lastSourceSequence
+                }
+                #expect(try follower.digest() == leader.digest())
+                #expect(try follower.verify().isValid)
+                #expect(try follower.values(stream("d1", identity: "0")) == ["again": "yes"])
+                // Again: everything is skipped, nothing changes.
+                let all = try #require(try leader.feedSegment(after: 0))
+                let again = try await follower.merge(all)
+                #expect(again.applied == 0 && again.skipped == all.entries.count)
+                #expect(try follower.lastSequence == leader.lastSequence)
+                // The leader moves on; the overlap is skipped, the rest applied.
+                try await leader.put(stream("d0", identity: "0"), ["late": "1"])
+                let overlap = try #require(try leader.feedSegment(after: after - 2))
+                let report = try await follower.merge(overlap)
+                #expect(report.applied == 1 && report.skipped == 2)
+                #expect(try follower.digest() == leader.digest())
+            }
+        }
+    }
+
+    @Test func gapsDivergenceAndBrokenChainsAreRefusedWhole() async throws {
+        try await withLedger { leader in
+            try await populate(leader)
+            let s = stream("d0", identity: "0")
+            try await withLedger { follower in
+                // A stream segment that starts past the follower's head: a gap.
+                let late = try #require(try leader.streamSegment(s, after: 2))
+                let gap = await expectLedgerError(.invalidParameter) { try await follower.merge(late) }
+                #expect(gap?.message.contains("gap") == true)
+                #expect(try follower.lastSequence == 0)
+                // A feed segment whose later entry has a gap: nothing of it is applied.
+                let feed = try #require(try leader.feedSegment(after: 0))
+                var holey = feed.entries
+                holey.remove(at: 5)
+                await expectLedgerError(.invalidParameter) { try await follower.merge(Segment(scope: .feed, entries: holey)) }
+                #expect(try follower.lastSequence == 0)
+                // Diverged history: the follower wrote its own entry at offset 1.
+                try await follower.put(s, ["mine": "1"])
+                let diverged = await expectLedgerError(.invalidParameter) { try await follower.merge(feed) }
+                #expect(diverged?.message.contains("diverged") == true)
+                #expect(try follower.entries(in: s).count == 1)
+            }
+            // A tampered body breaks the chain inside the segment: refused at decode.
+            let segment = try #require(try leader.streamSegment(s, after: 0))
+            var entries = segment.entries
+            let victim = entries[1]
+            var body = victim.body
+            body[body.count - 1] ^= 1
+            var r = ByteReader(body)
+            let decoded = try #require(try? LogEntry.decodeBody(&r), "the altered body still decodes (one character of a value changed)")
+            let forged = LogEntry(stream: s, offset: decoded.offset, sequence: victim.sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: victim.hash)
+            entries[1] = Segment.Entry(stream: s, sequence: victim.sequence, hash: victim.hash, body: body, entry: forged)
+            let bytes = try Segment(scope: .stream(s), entries: entries).encoded()
+            let error = #expect(throws: LedgerError.self) { _ = try Segment.decode(bytes) }
+            #expect(error?.message.contains("hash chain") == true)
+        }
+    }
+
+    /// 100,000 mutated and truncated valid segments: every one is refused with a typed error —
+    /// no crash, no hang — and nothing of any of them reaches the ledger.
+    @Test func mutatedSegmentsAreAlwaysRefused() async throws {
+        try await withLedger { leader in
+            try await populate(leader)
+            let valid = try #require(try leader.feedSegment(after: 0)).encoded()
+            let small = try #require(try leader.streamSegment(stream("d2", identity: "0"), after: 0)).encoded()
+            try await withLedger { target in
+                let before = try target.digest()
+                var rng = SeededRandom(state: 4_100_000)
+                var refused = 0
+                for round in 0..<100_000 {
+                    var bytes = round % 2 == 0 ? valid : small
+                    switch Int.random(in: 0..<5, using: &rng) {
+                    case 0: bytes.removeSubrange(Int.random(in: 0..<bytes.count, using: &rng)...)
+                    case 1:
+                        for _ in 0..<Int.random(in: 1...4, using: &rng) {
+                            bytes[Int.random(in: 0..<bytes.count, using: &rng)] ^= UInt8.random(in: 1...255, using: &rng)
+                        }
+                    case 2: bytes.insert(UInt8.random(in: 0...255, using: &rng), at: Int.random(in: 0...bytes.count, using: &rng))
+                    case 3: bytes.remove(at: Int.random(in: 0..<bytes.count, using: &rng))
+                    default:
+                        let i = Int.random(in: 0..<bytes.count, using: &rng)
+                        for j in i..<min(bytes.count, i + 8) { bytes[j] = ~bytes[j] }
+                    }
+                    do {
+                        _ = try Segment.decode(bytes)
+                        Issue.record("round \(round): a mutated segment decoded")
+                    } catch let error as LedgerError {
+                        #expect(error.code == .invalidParameter || error.code == .unsupportedFormat)
+                        refused += 1
+                    }
+                }
+                #expect(refused == 100_000)
+                // Merging goes through the same decoder: a sample of them, end to end.
+                var sample = SeededRandom(state: 9)
+                for _ in 0..<200 {
+                    var bytes = valid
+                    bytes[Int.random(in: 0..<bytes.count, using: &sample)] ^= 0x40
+                    await expectLedgerError(.invalidParameter) { _ = try await target.merge(bytes: bytes) }
+                }
+                #expect(try target.digest() == before)
+                #expect(try target.lastSequence == 0)
+            }
+        }
+    }
+}
