@@ -8,6 +8,9 @@ public struct MergeReport: Sendable, Equatable {
     public var skipped = 0
     /// The source sequence of the segment's last entry (a follower's checkpoint).
     public var lastSourceSequence: UInt64 = 0
+
+    /// An empty report.
+    public init() {}
 }
 
 extension Ledger {
