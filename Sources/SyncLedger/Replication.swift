@@ -119,6 +119,25 @@ extension Ledger {
         try await write { [self] txn in try self.merge(segment, txn) }
     }
 
+    /// Merges a segment pulled from a leader's feed and records, in the same transaction, the
+    /// leader's sequence of its last entry as this ledger's replication checkpoint.
+    @discardableResult
+    public func mergeFromLeader(_ segment: Segment) async throws -> MergeReport {
+        let schema = self.schema
+        return try await write { [self] txn in
+            let report = try self.merge(segment, txn)
+            try txn.put(schema.meta, key: Array("replication-checkpoint".utf8), value: .bigEndian(report.lastSourceSequence))
+            return report
+        }
+    }
+
+    /// The leader's commit sequence up to which this ledger has merged its feed (0: none).
+    public var replicationCheckpoint: UInt64 {
+        get throws {
+            try read { txn in try txn.get(schema.meta, key: Array("replication-checkpoint".utf8))?.bigEndianUInt64() ?? 0 }
+        }
+    }
+
     /// Decodes and merges segment file bytes. See ``merge(_:)`` and ``Segment/decode(_:)``.
     @discardableResult
     public func merge(bytes: [UInt8]) async throws -> MergeReport {

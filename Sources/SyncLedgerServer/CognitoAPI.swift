@@ -23,6 +23,10 @@ struct CognitoAPI: Sendable {
     let authenticator: Authenticator
     /// Keep a bulk publish `IN_PROGRESS` at least this long.
     let bulkPublishMinimum: Duration
+    /// The leader's URL when this server is a read-only follower.
+    var followedLeader: String? = nil
+    /// Replication state shown in the segment digest answer.
+    var replication: ReplicationStatus? = nil
 
     /// Handles one request; never throws — every failure is a wire error response.
     /// Returns the response, the operation name and the identity involved (for logs/metrics).
@@ -34,6 +38,13 @@ struct CognitoAPI: Sendable {
                   segments.allSatisfy({ $0 != nil }) else {
                 throw WireError.invalidParameter("the request path has a malformed percent-escape")
             }
+            if segments.first == "segments" {
+                guard let query = SigV4.queryPairs(request.rawQuery) else {
+                    throw WireError.invalidParameter("the query string has a malformed percent-escape")
+                }
+                let credential = try authenticator.authenticate(request, queryPairs: query)
+                return try await handleSegments(segments.map { $0! }, query: query, request: request, credential: credential)
+            }
             guard let route = Route.match(method: request.method, segments: segments.map { $0! }) else {
                 throw WireError.unknownOperation("no Cognito Sync operation is \(request.method) \(request.rawPath)")
             }
@@ -44,6 +55,9 @@ struct CognitoAPI: Sendable {
             }
             let credential = try authenticator.authenticate(request, queryPairs: query)
             try authorize(credential, route)
+            if let leader = followedLeader, !route.operation.isRead {
+                throw WireError.notAuthorized("this server is a read-only follower of \(leader); send \(route.operation.rawValue) to the leader")
+            }
             let response = try await dispatch(route, query: query, request: request, credential: credential)
             return (response, operation, identity)
         } catch {

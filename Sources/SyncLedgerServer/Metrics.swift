@@ -28,9 +28,11 @@ final class ServerMetrics: Sendable {
 
     private let state = Mutex(State())
     private let startSequence: UInt64
+    private let replication: ReplicationStatus?
 
-    init(startSequence: UInt64) {
+    init(startSequence: UInt64, replication: ReplicationStatus? = nil) {
         self.startSequence = startSequence
+        self.replication = replication
     }
 
     func record(operation: String, status: Int, seconds: Double) {
@@ -75,6 +77,7 @@ final class ServerMetrics: Sendable {
         out += "syncledger_group_commit_size_bucket{le=\"+Inf\"} \(stats.commits)\n"
         out += "syncledger_group_commit_size_sum \(stats.writes)\n"
         out += "syncledger_group_commit_size_count \(stats.commits)\n"
+        if let replication { out += replication.metrics() }
         return out
     }
 }

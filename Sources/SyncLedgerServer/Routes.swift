@@ -18,6 +18,15 @@ public enum CognitoOperation: String, Sendable, CaseIterable {
     case unsubscribeFromDataset = "UnsubscribeFromDataset"
     case updateRecords = "UpdateRecords"
 
+    /// Operations that change nothing (a read-only follower serves these).
+    var isRead: Bool {
+        switch self {
+        case .describeDataset, .describeIdentityPoolUsage, .describeIdentityUsage, .getBulkPublishDetails, .getCognitoEvents,
+             .getIdentityPoolConfiguration, .listDatasets, .listIdentityPoolUsage, .listRecords: true
+        default: false
+        }
+    }
+
     /// Operations on one identity's data, which that identity's credential may call; the
     /// others are pool-level and need the admin credential.
     var isIdentityLevel: Bool {

@@ -25,6 +25,9 @@ public struct ServerConfiguration: Sendable {
     public var adminSecretAccessKey: String?
     /// Keep a bulk publish IN_PROGRESS at least this long.
     public var bulkPublishMinimum: Duration = .zero
+    /// The leader's URL (`http://HOST:PORT`): run as a read-only follower that replicates it,
+    /// signing with the admin credential above (which the leader must share).
+    public var follow: String?
     /// Called once the server listens, with the bound port.
     public var onListening: @Sendable (Int) -> Void = { _ in }
 
@@ -56,12 +59,23 @@ public enum SyncLedgerServer {
                 say("Using the admin credential kept in \(configuration.dataDirectory) (access key \(stored.accessKeyID)).")
             }
         }
-        for pool in try await ledger.failInterruptedBulkPublishes(caller: "syncledger-server") {
+        for pool in configuration.follow != nil ? [] : try await ledger.failInterruptedBulkPublishes(caller: "syncledger-server") {
             logger.warning("a bulk publish was interrupted by a restart; marked FAILED", metadata: ["pool": "\(pool)"])
         }
+        var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, admin: admin), bulkPublishMinimum: configuration.bulkPublishMinimum)
+        var follower: Follower?
+        if let leader = configuration.follow {
+            guard configuration.adminAccessKeyID != nil else {
+                throw WireError.invalidParameter("a follower signs its pulls with the leader's admin credential: set SYNCLEDGER_ACCESS_KEY_ID and SYNCLEDGER_SECRET_ACCESS_KEY")
+            }
+            let status = ReplicationStatus(leader: leader)
+            follower = try Follower(ledger: ledger, leader: leader, accessKeyID: admin.accessKeyID, secretAccessKey: admin.secretAccessKey, status: status, logger: logger)
+            api.followedLeader = leader
+            api.replication = status
+        }
         let handler = RequestHandler(
-            api: CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, admin: admin), bulkPublishMinimum: configuration.bulkPublishMinimum),
-            metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0),
+            api: api,
+            metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication),
             ledger: ledger, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
         let onListening = configuration.onListening
         let host = configuration.host
@@ -74,6 +88,9 @@ public enum SyncLedgerServer {
                 onListening(port)
             },
             logger: logger)
+        let replication = follower.map { f in Task { await f.run() } }
+        defer { replication?.cancel() }
+        if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
         try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
         logger.info("stopped; closing the ledger")
     }

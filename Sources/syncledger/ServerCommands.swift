@@ -12,6 +12,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Largest request body in bytes.") var maxBodyBytes = 4 << 20
     @Option(help: "Sync session lifetime in seconds.") var sessionLifetime = 600
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
+    @Option(help: "Run as a read-only follower of this leader (http://HOST:PORT), replicating its change feed.") var follow: String?
 
     func run() async throws {
         var config = ServerConfiguration()
@@ -22,6 +23,7 @@ struct Serve: AsyncParsableCommand {
         config.ledger.durable = !data.fast
         config.ledger.sessionLifetime = .seconds(sessionLifetime)
         config.bulkPublishMinimum = .milliseconds(Int(bulkPublishMinSeconds * 1000))
+        config.follow = follow
         let environment = ProcessInfo.processInfo.environment
         config.adminAccessKeyID = environment["SYNCLEDGER_ACCESS_KEY_ID"]
         config.adminSecretAccessKey = environment["SYNCLEDGER_SECRET_ACCESS_KEY"]
