@@ -197,11 +197,13 @@ public final class Ledger: Sendable {
     /// Appends one entry to `stream` inside `txn` and applies it to the views.
     ///
     /// `check` sees the view before the entry (conflicts, the dataset count); `validate` sees it
-    /// after `apply` (size limits). Either may throw; nothing is stored until both passed.
+    /// after `apply` (size limits). Either may throw; nothing is stored until both passed — so
+    /// their refusals are clean (see ``LedgerError/isCleanRefusal``).
     func append(
-        _ txn: Transaction, to stream: StreamName, author: String, events: [Event],
+        _ txn: Transaction, to stream: StreamName, author: String, events fixedEvents: [Event],
         check: (StoredDatasetView) throws -> Void = { _ in },
-        validate: (StoredDatasetView) throws -> Void = { _ in }
+        validate: (StoredDatasetView) throws -> Void = { _ in },
+        events decide: (() -> [Event])? = nil
     ) throws -> (entry: LogEntry, view: StoredDatasetView) {
         let existing = try head(txn, stream)
         let id: UInt64
@@ -213,6 +215,8 @@ public final class Ledger: Sendable {
         }
         var view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: id)
         try check(view)
+        // `decide`, when given, picks the events after `check` looked at the view.
+        let events = decide?() ?? fixedEvents
         let sequence = try (txn.withCursor(schema.log) { try $0.last() }?.key.bigEndianUInt64() ?? 0) + 1
         let offset = (existing?.offset ?? 0) + 1
         let time = options.clock()

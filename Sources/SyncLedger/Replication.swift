@@ -214,3 +214,88 @@ extension Ledger {
         try view.flush()
     }
 }
+
+/// What ``Ledger/mergeOffline(_:deviceID:partial:)`` did with a device's offline changes.
+public struct OfflineMergeReport: Sendable, Equatable {
+    /// The records written (each carrying the dataset's new sync count).
+    public var applied: [Record] = []
+    /// Keys the server changed after the device's base sync count (not written).
+    public var conflicts: [LedgerError.Conflict] = []
+    /// Whether the device's entries were appended as they are (the server had not moved on).
+    public var fastForward = false
+    /// The dataset's sync count afterwards.
+    public var syncCount: UInt64 = 0
+}
+
+extension Ledger {
+    /// Merges a device's offline changes: a stream segment of entries the device made on top of
+    /// its last synced state (the base sync count is the segment's first offset − 1).
+    ///
+    /// When the server's stream is still at the base and the segment chains to it, the entries
+    /// are appended as they are (fast-forward). Otherwise the Cognito rule applies per record:
+    /// a key the server changed after the base is a conflict. By default (all-or-nothing, like
+    /// UpdateRecords) any conflict refuses the whole merge with a `.conflict` error naming each
+    /// key and both sync counts; with `partial`, the other keys are written as one new entry
+    /// and the conflicts are reported.
+    public func mergeOffline(_ segment: Segment, deviceID: String, partial: Bool = false) async throws -> OfflineMergeReport {
+        guard case .stream(let stream) = segment.scope, let first = segment.entries.first else {
+            throw LedgerError(.invalidParameter, "offline changes come as a non-empty stream segment")
+        }
+        try Self.requireUserIdentity(stream.identity)
+        let base = first.entry.offset - 1
+        // The device's last intent per key, in the order first touched.
+        var order: [RecordKey] = []
+        var final: [RecordKey: Event] = [:]
+        var deletes = false
+        for e in segment.entries {
+            for event in e.entry.events {
+                guard let key = event.key else { deletes = true; continue }
+                let k = RecordKey(key)
+                if final[k] == nil { order.append(k) }
+                final[k] = event
+            }
+        }
+        let limits = options.limits
+        return try await write { [self, order, final, deletes] txn in
+            let head = try self.head(txn, stream)
+            if (head?.offset ?? 0) == base, (head?.hash ?? LogEntry.genesisHash) == segment.previousHash {
+                _ = try self.merge(segment, txn)
+                var report = OfflineMergeReport()
+                report.fastForward = true
+                report.syncCount = segment.entries.last!.entry.offset
+                let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: try self.head(txn, stream)!.id)
+                report.applied = try order.compactMap { k in try view.storedRecord(k.string).map { Record(key: k.string, state: $0) } }
+                return report
+            }
+            if deletes {
+                throw LedgerError(.conflict, "the device deleted the dataset offline, but the server moved on from sync count \(base) to \(head?.offset ?? 0)", stream: stream)
+            }
+            var report = OfflineMergeReport()
+            var events: [Event] = []
+            let (entry, view) = try self.append(txn, to: stream, author: deviceID, events: [], check: { view in
+                for k in order {
+                    let current = try view.record(k.string)?.syncCount ?? 0
+                    if current > base {
+                        report.conflicts.append(.init(key: k.string, expected: base, actual: current))
+                    } else {
+                        events.append(final[k]!)
+                    }
+                }
+                if !report.conflicts.isEmpty && !partial || events.isEmpty {
+                    let list = report.conflicts.map { "\(quoted($0.key)) (base \($0.expected), server \($0.actual))" }.joined(separator: ", ")
+                    var error = LedgerError(.conflict, "records changed on the server since the device's base sync count \(base): \(list)", stream: stream)
+                    error.conflicts = report.conflicts
+                    throw error
+                }
+            }, validate: { view in
+                let meta = view.dataset!
+                if meta.bytes > limits.maxDatasetBytes || meta.recordCount > limits.maxRecordsPerDataset {
+                    throw LedgerError(.limitExceeded, "the merged dataset would exceed its limits (\(meta.bytes) bytes, \(meta.recordCount) records)", stream: stream)
+                }
+            }, events: { events })
+            report.applied = events.compactMap { $0.key }.map { Record(key: $0, state: view.changed[RecordKey($0)]!) }
+            report.syncCount = entry.offset
+            return report
+        }
+    }
+}

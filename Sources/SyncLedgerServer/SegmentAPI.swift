@@ -13,6 +13,12 @@ public let segmentContentType = "application/vnd.syncledger.segment"
 ///   after an offset (its identity or admin).
 /// - `POST /segments` — merge the posted segment (feed segments: admin; stream segments: that
 ///   stream's identity or admin). Answers `{"Applied": n, "Skipped": m}`.
+/// - `POST /segments?mode=offline[&partial=true][&deviceId=ID]` — merge a device's offline
+///   changes (a stream segment built on its last synced state) with the Cognito rule per
+///   record: 409 ResourceConflictException when a key moved on (all or nothing), or with
+///   `partial=true` the other keys are written and the conflicts listed. Answers
+///   `{"FastForward", "DatasetSyncCount", "Records": [...], "Conflicts": [{"Key",
+///   "BaseSyncCount", "SyncCount"}]}`.
 /// - `GET /segments/digest` — `{"Digest", "Sequence"}` of this ledger (admin only).
 extension CognitoAPI {
     func handleSegments(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
@@ -60,6 +66,36 @@ extension CognitoAPI {
                 throw WireError.notAuthorized("this server is a read-only follower of \(leader); post segments to the leader")
             }
             let segment = try Segment.decode(request.body)
+            if query.first(where: { $0.0 == "mode" })?.1 == "offline" {
+                guard case .stream(let stream) = segment.scope else { throw WireError.invalidParameter("offline changes come as a stream segment") }
+                try requireStream(stream)
+                let partial = query.first(where: { $0.0 == "partial" })?.1 == "true"
+                let device = query.first(where: { $0.0 == "deviceId" })?.1 ?? {
+                    if case .identity(_, let identity) = credential.scope { return identity }
+                    return "admin:\(credential.accessKeyID)"
+                }()
+                let report = try await ledger.mergeOffline(segment, deviceID: device, partial: partial)
+                var w = JSONWriter()
+                w.beginObject()
+                w.member("FastForward", bool: report.fastForward)
+                w.member("DatasetSyncCount", int: report.syncCount)
+                w.key("Records"); w.beginArray()
+                for record in report.applied {
+                    w.beginObject()
+                    w.member("Key", record.key)
+                    w.member("Value", record.value)
+                    w.member("SyncCount", int: record.syncCount)
+                    w.endObject()
+                }
+                w.endArray()
+                w.key("Conflicts"); w.beginArray()
+                for c in report.conflicts {
+                    w.beginObject(); w.member("Key", c.key); w.member("BaseSyncCount", int: c.expected); w.member("SyncCount", int: c.actual); w.endObject()
+                }
+                w.endArray()
+                w.endObject()
+                return (.json(w), "MergeOfflineSegment", stream.identity.rawValue)
+            }
             switch segment.scope {
             case .feed: try requireAdmin("merging a feed segment")
             case .stream(let stream): try requireStream(stream)
