@@ -127,3 +127,44 @@ def test_segments_over_http(tmp_root, server, admin):
 def server_root(server):
     import os
     return os.path.dirname(server.data_dir)
+
+
+def test_offline_changes_merge_with_the_cognito_rule(tmp_root, server, admin):
+    pool, identity = new_id(), new_id()
+    d = Dataset(admin, pool, identity)
+    d.put("prefs", {"a": "1", "b": "1"})                                   # server @1
+    path = "/segments/streams/" + "/".join(api_path(pool, identity, "prefs").split("/")[2:])
+    # The device's own store (another ledger) starts from the server's history.
+    device = start_server(tmp_root, "offline-device", ["--fast"])
+    try:
+        assert device.raw("POST", "/segments", body=server.raw("GET", path).content).status_code == 200
+        dev = Dataset(device.client(), pool, identity)
+        dev.put("prefs", {"b": "offline"})                                 # device @2
+        offline = device.raw("GET", path, query="after=1").content
+        cred = server.mint(pool, identity)
+        as_identity = dict(key=cred["AccessKeyId"], secret=cred["SecretAccessKey"])
+        merged = server.raw("POST", "/segments", body=offline, query="mode=offline&deviceId=phone", **as_identity)
+        assert merged.status_code == 200, merged.text
+        body = merged.json()
+        assert body["FastForward"] is True and body["DatasetSyncCount"] == 2 and body["Conflicts"] == []
+        assert d.records("prefs") == {"a": ("1", 1), "b": ("offline", 2)}
+
+        # Now both move on: the server changes a, the device changes a and b.
+        d.put("prefs", {"a": "server"})                                    # server @3
+        dev.put("prefs", {"a": "offline", "b": "offline-2"})               # device @3
+        offline = device.raw("GET", path, query="after=2").content
+        refused = server.raw("POST", "/segments", body=offline, query="mode=offline", **as_identity)
+        assert refused.status_code == 409
+        assert refused.headers["x-amzn-ErrorType"] == "ResourceConflictException"
+        assert '"a"' in refused.json()["message"]
+        assert d.describe("prefs")["NumRecords"] == 2 and d.records("prefs")["a"] == ("server", 3)
+        partial = server.raw("POST", "/segments", body=offline, query="mode=offline&partial=true", **as_identity)
+        assert partial.status_code == 200, partial.text
+        assert partial.json()["Conflicts"] == [{"Key": "a", "BaseSyncCount": 2, "SyncCount": 3}]
+        assert d.records("prefs") == {"a": ("server", 3), "b": ("offline-2", 4)}
+        # Another identity may not merge into this stream.
+        other = server.mint(pool, new_id())
+        assert server.raw("POST", "/segments", body=offline, query="mode=offline",
+                          key=other["AccessKeyId"], secret=other["SecretAccessKey"]).status_code == 403
+    finally:
+        device.stop()
