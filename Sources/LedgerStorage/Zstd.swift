@@ -7,7 +7,7 @@ public struct ZstdError: Error, Sendable, CustomStringConvertible {
 }
 
 @inline(__always)
-private func checkZstd(_ code: Int, _ what: String) throws(ZstdError) -> Int {
+func checkZstd(_ code: Int, _ what: String) throws(ZstdError) -> Int {
     if ZSTD_isError(code) != 0 {
         throw ZstdError(description: "\(what): \(String(cString: ZSTD_getErrorName(code)))")
     }
@@ -42,6 +42,72 @@ public enum Zstd {
         let written = try input.withUnsafeBytes { source in
             try output.withUnsafeMutableBytes { destination in
                 try checkZstd(ZSTD_decompress(destination.baseAddress, destination.count, source.baseAddress, source.count), "decompress")
+            }
+        }
+        output.removeSubrange(written...)
+        return output
+    }
+}
+
+extension Zstd {
+    /// Trains a dictionary (at most `capacity` bytes) from sample byte strings
+    /// (`ZDICT_trainFromBuffer`). zstd wants many small samples: hundreds or more.
+    ///
+    /// - Throws: ``ZstdError`` when the samples are too few or too alike to train on.
+    public static func trainDictionary(samples: [[UInt8]], capacity: Int = 16 << 10) throws -> [UInt8] {
+        let joined = samples.flatMap { $0 }
+        let sizes = samples.map { $0.count }
+        var dictionary = [UInt8](repeating: 0, count: capacity)
+        let written = try joined.withUnsafeBytes { source in
+            try sizes.withUnsafeBufferPointer { sizePointer in
+                try dictionary.withUnsafeMutableBytes { destination in
+                    try checkZstd(ZDICT_trainFromBuffer(destination.baseAddress, capacity, source.baseAddress, sizePointer.baseAddress, UInt32(sizes.count)), "train a dictionary")
+                }
+            }
+        }
+        dictionary.removeSubrange(written...)
+        return dictionary
+    }
+
+    /// The id a dictionary carries (0 for raw content that is not a zstd dictionary).
+    public static func dictionaryID(_ dictionary: [UInt8]) -> UInt32 {
+        dictionary.withUnsafeBytes { ZDICT_getDictID($0.baseAddress, $0.count) }
+    }
+
+    /// Compresses `input` as one frame with `dictionary` (`ZSTD_compress_usingDict`).
+    public static func compress(_ input: [UInt8], level: Int32 = 3, dictionary: [UInt8]) throws -> [UInt8] {
+        guard let context = ZSTD_createCCtx() else { throw ZstdError(description: "compress: out of memory") }
+        defer { ZSTD_freeCCtx(context) }
+        let bound = ZSTD_compressBound(input.count)
+        var output = [UInt8](repeating: 0, count: bound)
+        let written = try input.withUnsafeBytes { source in
+            try dictionary.withUnsafeBytes { dict in
+                try output.withUnsafeMutableBytes { destination in
+                    try checkZstd(ZSTD_compress_usingDict(context, destination.baseAddress, bound, source.baseAddress, source.count, dict.baseAddress, dict.count, level), "compress with a dictionary")
+                }
+            }
+        }
+        output.removeSubrange(written...)
+        return output
+    }
+
+    /// Decompresses one frame made with `dictionary`, refusing output over `limit` bytes.
+    public static func decompress(_ input: [UInt8], limit: Int, dictionary: [UInt8]) throws -> [UInt8] {
+        let declared = input.withUnsafeBytes { ZSTD_getFrameContentSize($0.baseAddress, $0.count) }
+        if declared == syncledger_zstd_content_size_error() {
+            throw ZstdError(description: "decompress: not a zstd frame")
+        }
+        if declared == syncledger_zstd_content_size_unknown() || declared > UInt64(limit) {
+            throw ZstdError(description: "decompress: frame size \(declared) unknown or over the limit \(limit)")
+        }
+        guard let context = ZSTD_createDCtx() else { throw ZstdError(description: "decompress: out of memory") }
+        defer { ZSTD_freeDCtx(context) }
+        var output = [UInt8](repeating: 0, count: Int(declared))
+        let written = try input.withUnsafeBytes { source in
+            try dictionary.withUnsafeBytes { dict in
+                try output.withUnsafeMutableBytes { destination in
+                    try checkZstd(ZSTD_decompress_usingDict(context, destination.baseAddress, destination.count, source.baseAddress, source.count, dict.baseAddress, dict.count), "decompress with a dictionary")
+                }
             }
         }
         output.removeSubrange(written...)

@@ -73,6 +73,8 @@ public final class Ledger: Sendable {
     let tokenKey: SymmetricKey
     /// Sync sessions issued but not yet counted on disk, by pool.
     let pendingSessions = PendingSessions()
+    /// zstd dictionaries read so far, by id.
+    let dictionaries = DictionaryCache()
 
     /// The data directory.
     public var directory: String { environment.path }

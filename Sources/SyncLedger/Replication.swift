@@ -22,6 +22,7 @@ extension Ledger {
         var entries: [Segment.Entry] = []
         var size = 0
         var names: [UInt64: StreamName] = [:]
+        var lastHash: [StreamName: [UInt8]] = [:]  // per stream, within this segment
         var next = sequence + 1
         while size < maxBytes {
             let batch = try read { txn -> [Segment.Entry] in
@@ -34,7 +35,13 @@ extension Ledger {
                             if names.count > 4096 { names.removeAll() }
                             names[id] = try streamName(txn, id: id)
                         }
-                        result.append(try segmentEntry(current.value, sequence: current.key.bigEndianUInt64(), stream: names[id]!, txn: txn))
+                        let stream = names[id]!
+                        let e = try segmentEntry(current.value, sequence: current.key.bigEndianUInt64(), stream: stream, txn: txn) { offset in
+                            if let known = lastHash[stream] { return known }
+                            return offset > 1 ? try entryAt(txn, streamID: id, stream: stream, offset: offset - 1)?.hash ?? LogEntry.genesisHash : LogEntry.genesisHash
+                        }
+                        lastHash[stream] = e.hash
+                        result.append(e)
                         pair = try cursor.next()
                     }
                 }
@@ -64,6 +71,7 @@ extension Ledger {
                 if entries.isEmpty, next > 1 {
                     previous = try entryAt(txn, streamID: head.id, stream: stream, offset: next - 1)?.hash ?? LogEntry.genesisHash
                 }
+                var chain = entries.last?.hash ?? previous
                 var result: [Segment.Entry] = []
                 let prefix = [UInt8].bigEndian(head.id)
                 try txn.withCursor(schema.index) { cursor in
@@ -73,7 +81,9 @@ extension Ledger {
                         guard let bytes = try txn.get(schema.log, key: .bigEndian(sequence)) else {
                             throw LedgerError(.corruptData, "the index names sequence \(sequence), which the log lacks", stream: stream)
                         }
-                        result.append(try segmentEntry(bytes, sequence: sequence, stream: stream, txn: txn))
+                        let e = try segmentEntry(bytes, sequence: sequence, stream: stream, txn: txn) { _ in chain }
+                        chain = e.hash
+                        result.append(e)
                         pair = try cursor.next()
                     }
                 }
@@ -87,12 +97,17 @@ extension Ledger {
             guard batch.count == Self.scanBatch, let last = entries.last else { break }
             next = last.entry.offset + 1
         }
-        return entries.isEmpty ? nil : Segment(scope: .stream(stream), previousHash: previous, entries: entries, compressionLevel: level)
+        guard !entries.isEmpty else { return nil }
+        var segment = Segment(scope: .stream(stream), previousHash: previous, entries: entries, compressionLevel: level)
+        if size < Self.dictionaryThreshold, stream.identity != Self.systemIdentity, let dictionary = try currentDictionary(pool: stream.pool) {
+            segment.dictionary = (dictionary.id, dictionary.bytes)
+        }
+        return segment
     }
 
-    private func segmentEntry(_ stored: [UInt8], sequence: UInt64, stream: StreamName, txn: Transaction) throws -> Segment.Entry {
+    private func segmentEntry(_ stored: [UInt8], sequence: UInt64, stream: StreamName, txn: Transaction, previous: (UInt64) throws -> [UInt8]) throws -> Segment.Entry {
         let (entry, _) = try decodeEntry(stored, sequence: sequence, stream: stream, txn: txn)
-        return Segment.Entry(stream: stream, sequence: sequence, hash: entry.hash, body: Array(stored[40...]), entry: entry)
+        return Segment.Entry(stream: stream, sequence: sequence, previous: try previous(entry.offset), hash: entry.hash, body: Array(stored[40...]), entry: entry)
     }
 
     /// The stored hash of the entry at `offset` of a stream, or nil.
@@ -141,7 +156,7 @@ extension Ledger {
     /// Decodes and merges segment file bytes. See ``merge(_:)`` and ``Segment/decode(_:)``.
     @discardableResult
     public func merge(bytes: [UInt8]) async throws -> MergeReport {
-        try await merge(try Segment.decode(bytes))
+        try await merge(try Segment.decode(bytes, dictionaries: dictionaryLookup))
     }
 
     func merge(_ segment: Segment, _ txn: Transaction) throws -> MergeReport {

@@ -21,7 +21,10 @@ public struct Segment: Sendable, Equatable {
         public let stream: StreamName
         /// Its commit sequence in the ledger that wrote the segment.
         public let sequence: UInt64
-        /// Its hash (the chain link).
+        /// The hash of the entry before it in its stream (zeros before offset 1).
+        public let previous: [UInt8]
+        /// Its hash (the chain link): `SHA-256(previous ‖ stream ‖ body)`, not carried on the
+        /// wire but recomputed from ``previous`` and the body.
         public let hash: [UInt8]
         /// The canonical body (offset, time, author, events) exactly as hashed.
         public let body: [UInt8]
@@ -41,6 +44,8 @@ public struct Segment: Sendable, Equatable {
     public let entries: [Entry]
     /// The zstd level it was (or will be) compressed with.
     public let compressionLevel: Int32
+    /// The zstd dictionary to compress with (its id is written in the header), if any.
+    public var dictionary: (id: UInt32, bytes: [UInt8])?
     /// Sizes of the encoded entries before and after compression (set by encode/decode).
     public private(set) var uncompressedSize: UInt64 = 0
     /// See ``uncompressedSize``.
@@ -54,17 +59,25 @@ public struct Segment: Sendable, Equatable {
         self.compressionLevel = compressionLevel
     }
 
+    /// Segments are equal when they carry the same entries in the same scope.
     public static func == (a: Segment, b: Segment) -> Bool {
         a.scope == b.scope && a.previousHash == b.previousHash && a.entries == b.entries
     }
 
-    static func entryBytes(_ e: Entry) -> [UInt8] {
+    /// An entry's wire form. Hashes are not carried — each one follows from the previous hash
+    /// and the body — so a segment holds no incompressible bytes but the bodies' own. A stream
+    /// segment's entries are `seq, body`; a feed segment's name their stream and, the first
+    /// time a stream appears, the hash before that entry.
+    static func entryBytes(_ e: Entry, feed: Bool, firstOfStream: Bool) -> [UInt8] {
         var w = ByteWriter(capacity: e.body.count + 64)
-        let name = e.stream.key
-        w.varint(UInt64(name.count))
-        w.raw(name)
+        if feed {
+            let name = e.stream.key
+            w.varint(UInt64(name.count))
+            w.raw(name)
+            w.byte(firstOfStream ? 1 : 0)
+            if firstOfStream { w.raw(e.previous) }
+        }
         w.varint(e.sequence)
-        w.raw(e.hash)
         w.varint(UInt64(e.body.count))
         w.raw(e.body)
         return w.bytes
@@ -73,9 +86,17 @@ public struct Segment: Sendable, Equatable {
     /// The file bytes: header, zstd-compressed entries, SHA-256 of everything before it.
     public func encoded() throws -> [UInt8] {
         var plain = ByteWriter(capacity: entries.reduce(0) { $0 + $1.body.count + 80 })
-        for e in entries { plain.raw(Self.entryBytes(e)) }
+        var seen = Set<StreamName>()
+        let isFeed = scope == .feed
+        for e in entries { plain.raw(Self.entryBytes(e, feed: isFeed, firstOfStream: seen.insert(e.stream).inserted)) }
         let compressed: [UInt8]
-        do { compressed = try Zstd.compress(plain.bytes, level: compressionLevel) } catch {
+        do {
+            if let dictionary {
+                compressed = try Zstd.compress(plain.bytes, level: compressionLevel, dictionary: dictionary.bytes)
+            } else {
+                compressed = try Zstd.compress(plain.bytes, level: compressionLevel)
+            }
+        } catch {
             throw LedgerError(.storage, "zstd could not compress a segment: \(error)", underlying: error)
         }
         var w = ByteWriter(capacity: compressed.count + 200)
@@ -87,7 +108,7 @@ public struct Segment: Sendable, Equatable {
         case .feed: w.byte(2); name = []
         }
         w.byte(UInt8(bitPattern: Int8(clamping: compressionLevel)))
-        w.fixed64(0)  // dictionary id (none yet) ‖ reserved: 8 bytes
+        w.fixed64(UInt64(dictionary?.id ?? 0))  // dictionary id (0: none), 8 bytes
         w.fixed64(entries.first?.entry.offset ?? 0)
         w.fixed64(entries.last?.entry.offset ?? 0)
         w.fixed64(entries.first?.sequence ?? 0)
@@ -98,6 +119,7 @@ public struct Segment: Sendable, Equatable {
         w.byte(UInt8(name.count >> 8)); w.byte(UInt8(name.count & 0xFF))
         w.raw(name)
         w.raw(previousHash)
+        w.raw(entries.last?.hash ?? previousHash)
         w.raw(compressed)
         w.raw(SHA256.hash(data: w.bytes))
         return w.bytes
@@ -111,7 +133,9 @@ public struct Segment: Sendable, Equatable {
     ///
     /// - Throws: ``LedgerError`` `.invalidParameter` saying which check failed and where;
     ///   `.unsupportedFormat` for a newer format version.
-    public static func decode(_ bytes: [UInt8]) throws -> Segment {
+    ///
+    /// - Parameter dictionaries: finds a zstd dictionary by the id a segment names.
+    public static func decode(_ bytes: [UInt8], dictionaries: (UInt32) -> [UInt8]? = { _ in nil }) throws -> Segment {
         func fail(_ message: String) -> LedgerError { LedgerError(.invalidParameter, "segment refused: \(message)") }
         guard bytes.count >= magic.count + 100 + 32 else { throw fail("truncated: \(bytes.count) bytes is shorter than any segment") }
         guard Array(bytes.prefix(magic.count)) == magic else { throw fail("not a SyncLedger segment (bad magic)") }
@@ -127,8 +151,14 @@ public struct Segment: Sendable, Equatable {
             }
             let scopeKind = try r.byte()
             let level = Int32(Int8(bitPattern: try r.byte()))
-            let dictionary = try r.fixed64()
-            guard dictionary == 0 else { throw fail("it names zstd dictionary \(dictionary), which this ledger does not have") }
+            let dictionaryID = try r.fixed64()
+            var dictionary: [UInt8]?
+            if dictionaryID != 0 {
+                guard dictionaryID <= UInt64(UInt32.max), let found = dictionaries(UInt32(dictionaryID)) else {
+                    throw fail("it names zstd dictionary \(dictionaryID), which this ledger does not have")
+                }
+                dictionary = found
+            }
             let firstOffset = try r.fixed64(), lastOffset = try r.fixed64()
             let firstSequence = try r.fixed64(), lastSequence = try r.fixed64()
             let count = try r.fixed64()
@@ -136,6 +166,7 @@ public struct Segment: Sendable, Equatable {
             let nameLength = Int(try r.byte()) << 8 | Int(try r.byte())
             let name = Array(try r.raw(nameLength))
             let previous = Array(try r.raw(32))
+            let lastHash = Array(try r.raw(32))
             guard compressedSize == UInt64(r.remaining) else {
                 throw fail("the header says \(compressedSize) compressed bytes, the file holds \(r.remaining)")
             }
@@ -150,45 +181,59 @@ public struct Segment: Sendable, Equatable {
             default: throw fail("unknown scope \(scopeKind)")
             }
             let plain: [UInt8]
-            do { plain = try Zstd.decompress(Array(try r.raw(r.remaining)), limit: Int(plainSize)) } catch {
+            do {
+                let frame = Array(try r.raw(r.remaining))
+                plain = try dictionary.map { try Zstd.decompress(frame, limit: Int(plainSize), dictionary: $0) } ?? Zstd.decompress(frame, limit: Int(plainSize))
+            } catch let error as LedgerError {
+                throw error
+            } catch {
                 throw fail("the compressed entries do not decompress: \(error)")
             }
             guard plain.count == Int(plainSize) else { throw fail("decompressed to \(plain.count) bytes, the header says \(plainSize)") }
             var er = ByteReader(plain)
             var entries: [Entry] = []
-            var heads: [StreamName: (offset: UInt64, hash: [UInt8])] = [:]
+            var heads: [StreamName: (offset: UInt64?, hash: [UInt8])] = [:]
             if case .stream(let s) = scope { heads[s] = (firstOffset &- 1, previous) }
             while !er.isAtEnd {
                 guard UInt64(entries.count) < count else { throw fail("holds more entries than the \(count) its header says") }
                 let index = entries.count
-                let keyLength = try er.varint()
-                guard keyLength <= 512 else { throw fail("entry \(index): stream name of \(keyLength) bytes") }
                 let stream: StreamName
-                do { stream = try StreamName(key: Array(try er.raw(Int(keyLength)))) } catch { throw fail("entry \(index): bad stream name") }
+                if case .stream(let s) = scope {
+                    stream = s
+                } else {
+                    let keyLength = try er.varint()
+                    guard keyLength <= 512 else { throw fail("entry \(index): stream name of \(keyLength) bytes") }
+                    do { stream = try StreamName(key: Array(try er.raw(Int(keyLength)))) } catch { throw fail("entry \(index): bad stream name") }
+                    let flag = try er.byte()
+                    switch (flag, heads[stream]) {
+                    case (1, nil): heads[stream] = (nil, Array(try er.raw(32)))
+                    case (0, .some): break
+                    default: throw fail("entry \(index): the previous hash of \(stream) is missing or repeated")
+                    }
+                }
                 let sequence = try er.varint()
-                let hash = Array(try er.raw(32))
                 let bodyLength = try er.varint()
                 guard bodyLength <= UInt64(er.remaining) else { throw fail("entry \(index): body overruns the segment") }
                 let entryBody = Array(try er.raw(Int(bodyLength)))
                 var br = ByteReader(entryBody)
                 let decoded = try LogEntry.decodeBody(&br)
                 try br.expectEnd()
-                if case .stream(let s) = scope, s != stream { throw fail("entry \(index) belongs to \(stream), not the segment's stream \(s)") }
-                if let head = heads[stream] {
-                    guard decoded.offset == head.offset &+ 1 else {
-                        throw fail("entry \(index) of \(stream) has offset \(decoded.offset) after \(head.offset): a gap")
-                    }
-                    guard LogEntry.chainHash(previous: head.hash, stream: stream, body: entryBody) == hash else {
-                        throw fail("entry \(index) (\(stream) offset \(decoded.offset)): the hash chain breaks")
-                    }
-                } else if decoded.offset == 1, LogEntry.chainHash(previous: LogEntry.genesisHash, stream: stream, body: entryBody) != hash {
-                    throw fail("entry \(index) (\(stream) offset 1): the hash chain breaks")
+                let head = heads[stream]!
+                if let offset = head.offset, decoded.offset != offset &+ 1 {
+                    throw fail("entry \(index) of \(stream) has offset \(decoded.offset) after \(offset): a gap")
                 }
+                if decoded.offset == 1, head.hash != LogEntry.genesisHash {
+                    throw fail("entry \(index) (\(stream) offset 1) does not start from the empty chain")
+                }
+                let hash = LogEntry.chainHash(previous: head.hash, stream: stream, body: entryBody)
                 heads[stream] = (decoded.offset, hash)
                 let entry = LogEntry(stream: stream, offset: decoded.offset, sequence: sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: hash)
-                entries.append(Entry(stream: stream, sequence: sequence, hash: hash, body: entryBody, entry: entry))
+                entries.append(Entry(stream: stream, sequence: sequence, previous: head.hash, hash: hash, body: entryBody, entry: entry))
             }
             guard UInt64(entries.count) == count else { throw fail("holds \(entries.count) entries; its header says \(count)") }
+            guard (entries.last?.hash ?? previous) == lastHash else {
+                throw fail("the hash chain of its entries does not end at the hash its header names")
+            }
             if let first = entries.first, let last = entries.last {
                 guard first.sequence == firstSequence, last.sequence == lastSequence else { throw fail("the sequence range in the header does not match its entries") }
                 if case .stream = scope, first.entry.offset != firstOffset || last.entry.offset != lastOffset {
@@ -196,6 +241,7 @@ public struct Segment: Sendable, Equatable {
                 }
             }
             var segment = Segment(scope: scope, previousHash: previous, entries: entries, compressionLevel: level)
+            segment.dictionary = dictionary.map { (UInt32(dictionaryID), $0) }
             segment.uncompressedSize = plainSize
             segment.compressedSize = compressedSize
             return segment

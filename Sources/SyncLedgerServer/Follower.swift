@@ -101,7 +101,7 @@ struct Follower: Sendable {
             status.state.withLock { $0.caughtUpAt = Date(); $0.lastError = nil }
             return false
         case 200:
-            let report = try await ledger.mergeFromLeader(try Segment.decode(body))
+            let report = try await ledger.mergeFromLeader(try ledger.decodeSegment(body))
             status.state.withLock { state in
                 state.checkpoint = report.lastSourceSequence
                 state.lastError = nil

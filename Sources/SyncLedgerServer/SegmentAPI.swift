@@ -65,7 +65,7 @@ extension CognitoAPI {
             if let leader = followedLeader {
                 throw WireError.notAuthorized("this server is a read-only follower of \(leader); post segments to the leader")
             }
-            let segment = try Segment.decode(request.body)
+            let segment = try ledger.decodeSegment(request.body)
             if query.first(where: { $0.0 == "mode" })?.1 == "offline" {
                 guard case .stream(let stream) = segment.scope else { throw WireError.invalidParameter("offline changes come as a stream segment") }
                 try requireStream(stream)

@@ -109,3 +109,38 @@ struct Import: AsyncParsableCommand {
         print("imported \(total.applied) entries, skipped \(total.skipped) already present, from \(files.count) files")
     }
 }
+
+/// `syncledger dict`: zstd dictionaries for small segments.
+struct Dict: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "zstd dictionaries for small segments.", subcommands: [Train.self])
+
+    /// `syncledger dict train --pool P`.
+    struct Train: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Train a pool's dictionary from its entries; print the compression ratio of ~1 KiB segments without and with it.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The identity pool.") var pool: String
+        @Option(help: "Size of the small segments to measure, in bytes.") var segmentBytes = 1024
+
+        func run() async throws {
+            let poolID = try IdentityPoolID(pool)
+            let ledger = try data.open()
+            defer { ledger.close() }
+            func ratio() throws -> (Double, Int) {
+                var plain = 0, packed = 0, count = 0
+                for (stream, _) in try ledger.streams(pool: poolID) where stream.identity != Ledger.systemIdentity && count < 200 {
+                    guard let segment = try ledger.streamSegment(stream, after: 0, maxBytes: segmentBytes) else { continue }
+                    let bytes = try segment.encoded()
+                    plain += Int(try ledger.decodeSegment(bytes).uncompressedSize)
+                    packed += bytes.count
+                    count += 1
+                }
+                return (packed == 0 ? 0 : Double(plain) / Double(packed), count)
+            }
+            let (before, segments) = try ratio()
+            let dictionary = try await ledger.trainDictionary(pool: poolID)
+            let (after, _) = try ratio()
+            print("dictionary \(dictionary.id) for pool \(poolID): \(dictionary.bytes.count) bytes")
+            print(String(format: "~%d-byte segments (%d): ratio %.2f without, %.2f with the dictionary (%.2fx)", segmentBytes, segments, before, after, before > 0 ? after / before : 0))
+        }
+    }
+}

@@ -8,7 +8,7 @@ struct SyncLedgerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "syncledger",
         abstract: "An event-sourced sync store with a history you can verify.",
-        subcommands: [Serve.self, Credentials.self, Export.self, Import.self, Put.self, Get.self, Remove.self, Log.self, History.self, Replay.self, Verify.self, RebuildViews.self]
+        subcommands: [Serve.self, Credentials.self, Export.self, Import.self, Dict.self, Put.self, Get.self, Remove.self, Log.self, History.self, Replay.self, Verify.self, RebuildViews.self]
     )
 }
 

@@ -80,7 +80,8 @@ import Testing
                 #expect(diverged?.message.contains("diverged") == true)
                 #expect(try follower.entries(in: s).count == 1)
             }
-            // A tampered body breaks the chain inside the segment: refused at decode.
+            // A tampered body makes a self-consistent but different history: a ledger that holds
+            // the original refuses it as diverged, and nothing changes.
             let segment = try #require(try leader.streamSegment(s, after: 0))
             var entries = segment.entries
             let victim = entries[1]
@@ -88,11 +89,22 @@ import Testing
             body[body.count - 1] ^= 1
             var r = ByteReader(body)
             let decoded = try #require(try? LogEntry.decodeBody(&r), "the altered body still decodes (one character of a value changed)")
-            let forged = LogEntry(stream: s, offset: decoded.offset, sequence: victim.sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: victim.hash)
-            entries[1] = Segment.Entry(stream: s, sequence: victim.sequence, hash: victim.hash, body: body, entry: forged)
-            let bytes = try Segment(scope: .stream(s), entries: entries).encoded()
-            let error = #expect(throws: LedgerError.self) { _ = try Segment.decode(bytes) }
-            #expect(error?.message.contains("hash chain") == true)
+            _ = decoded
+            // Re-chain from the altered entry on, as a forger would.
+            var previous = victim.previous
+            for i in 1..<entries.count {
+                let e = entries[i]
+                let entryBody = i == 1 ? body : e.body
+                let hash = LogEntry.chainHash(previous: previous, stream: s, body: entryBody)
+                entries[i] = Segment.Entry(stream: s, sequence: e.sequence, previous: previous, hash: hash, body: entryBody, entry: e.entry)
+                previous = hash
+            }
+            let rewritten = try Segment.decode(try Segment(scope: .stream(s), entries: entries).encoded())
+            #expect(rewritten.entries[1].hash != victim.hash, "the hash follows the body")
+            let before = try leader.lastSequence
+            let error = await expectLedgerError(.invalidParameter) { try await leader.merge(rewritten) }
+            #expect(error?.message.contains("diverged") == true)
+            #expect(try leader.lastSequence == before)
         }
     }
 

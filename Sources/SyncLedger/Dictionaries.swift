@@ -1,0 +1,86 @@
+import Foundation
+import LedgerStorage
+import Synchronization
+
+/// A trained zstd dictionary of one identity pool.
+public struct PoolDictionary: Sendable, Equatable {
+    /// The id segments name in their header.
+    public let id: UInt32
+    /// The pool it was trained on.
+    public let pool: IdentityPoolID
+    /// The dictionary.
+    public let bytes: [UInt8]
+}
+
+/// Dictionaries looked up by id, remembered once read.
+final class DictionaryCache: Sendable {
+    let byID = Mutex<[UInt32: [UInt8]]>([:])
+}
+
+/// Small segments compress poorly on their own; a dictionary trained on a pool's entries fixes
+/// that. Dictionaries live in the pool's `configuration` system stream (record
+/// `zstd-dictionary/<id>`, base64; `zstd-dictionary` names the current one), so they are
+/// versioned and replicated like everything else, and a follower can read what it is sent.
+extension Ledger {
+    /// Segments smaller than this (uncompressed) use their pool's dictionary when it has one.
+    public static let dictionaryThreshold = 16 << 10
+
+    /// Trains a dictionary on up to `samples` entry bodies of `pool` and makes it the pool's
+    /// current one.
+    /// - Throws: `.invalidParameter` when the pool has too few entries to train on.
+    @discardableResult
+    public func trainDictionary(pool: IdentityPoolID, samples maxSamples: Int = 20_000, capacity: Int = 16 << 10) async throws -> PoolDictionary {
+        var samples: [[UInt8]] = []
+        for (stream, _) in try streams(pool: pool) where stream.identity != Self.systemIdentity {
+            guard samples.count < maxSamples else { break }
+            guard let segment = try streamSegment(stream, after: 0, maxBytes: 1 << 20) else { continue }
+            for e in segment.entries.prefix(maxSamples - samples.count) { samples.append(Segment.entryBytes(e, feed: false, firstOfStream: false)) }
+        }
+        guard samples.count >= 100 else {
+            throw LedgerError(.invalidParameter, "pool \(pool) has \(samples.count) entries; a dictionary needs at least 100 to train on")
+        }
+        let bytes: [UInt8]
+        do { bytes = try Zstd.trainDictionary(samples: samples, capacity: capacity) } catch {
+            throw LedgerError(.invalidParameter, "zstd could not train a dictionary for pool \(pool): \(error)")
+        }
+        let id = Zstd.dictionaryID(bytes)
+        let encoded = Data(bytes).base64EncodedString()
+        try await appendSystem(Self.systemStream(pool, "configuration"), author: "syncledger-dict") { _ in
+            [.put(key: "zstd-dictionary/\(id)", value: encoded, deviceModified: nil),
+             .put(key: "zstd-dictionary", value: "\(id)", deviceModified: nil)]
+        }
+        dictionaries.byID.withLock { $0[id] = bytes }
+        return PoolDictionary(id: id, pool: pool, bytes: bytes)
+    }
+
+    /// The pool's current dictionary, if it has one.
+    public func currentDictionary(pool: IdentityPoolID) throws -> PoolDictionary? {
+        let stream = Self.systemStream(pool, "configuration")
+        guard let text = try recordValue(stream, key: "zstd-dictionary"), let id = UInt32(text),
+              let bytes = try dictionary(id: id) else { return nil }
+        return PoolDictionary(id: id, pool: pool, bytes: bytes)
+    }
+
+    /// The dictionary with this id, from any pool, or nil.
+    public func dictionary(id: UInt32) throws -> [UInt8]? {
+        if let hit = dictionaries.byID.withLock({ $0[id] }) { return hit }
+        for (stream, _) in try streams() where stream.identity == Self.systemIdentity && stream.dataset.rawValue == "configuration" {
+            if let text = try recordValue(stream, key: "zstd-dictionary/\(id)"), let data = Data(base64Encoded: text) {
+                let bytes = Array(data)
+                dictionaries.byID.withLock { $0[id] = bytes }
+                return bytes
+            }
+        }
+        return nil
+    }
+
+    /// A decoder's dictionary lookup backed by this ledger.
+    var dictionaryLookup: (UInt32) -> [UInt8]? { { [self] id in try? self.dictionary(id: id) } }
+}
+
+extension Ledger {
+    /// Decodes segment bytes, finding any dictionary they name in this ledger.
+    public func decodeSegment(_ bytes: [UInt8]) throws -> Segment {
+        try Segment.decode(bytes, dictionaries: dictionaryLookup)
+    }
+}
