@@ -1,13 +1,8 @@
+import BenchSupport
 import Foundation
 import LedgerStorage
 import SyncLedger
 import Synchronization
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// What a write-path benchmark measures: something that performs write operations and can be
 /// torn down afterwards. Made fresh (in a new temporary directory) before a benchmark's first
@@ -20,32 +15,6 @@ protocol WriteFixture: Sendable {
 
     /// Releases everything and removes the data directory.
     func tearDown()
-}
-
-// MARK: - Temporary directories
-
-/// A new empty directory under the system's temporary directory (`/tmp` unless `TMPDIR` says
-/// otherwise), named after `label` so a leftover one says which benchmark made it.
-func makeScratchDirectory(_ label: String) throws -> String {
-    let path = FileManager.default.temporaryDirectory
-        .appendingPathComponent("syncledger-bench-\(label)-\(UUID().uuidString.prefix(8))")
-        .path
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
-}
-
-/// Removes a directory made by ``makeScratchDirectory(_:)``; failures are ignored (a benchmark's
-/// teardown has no one to report them to, and the directory is under the temporary directory).
-func removeScratchDirectory(_ path: String) {
-    try? FileManager.default.removeItem(atPath: path)
-}
-
-/// CPU time (user + system) of the whole process so far, in nanoseconds: every thread counts,
-/// the ledger's writer thread included.
-func processCPUNanoseconds() -> UInt64 {
-    var spec = timespec()
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &spec)
-    return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
 }
 
 // MARK: - The ledger
@@ -102,22 +71,6 @@ final class UpdateCaller: Sendable {
     }
 }
 
-/// Hands out a fixed number of operations to concurrent callers, so an iteration performs
-/// exactly that many in total however the callers are scheduled.
-final class WorkCounter: Sendable {
-    private let remaining: Atomic<Int>
-
-    /// A counter holding `operations` operations.
-    init(_ operations: Int) {
-        remaining = Atomic(operations)
-    }
-
-    /// Takes one operation; false once all are taken.
-    func claim() -> Bool {
-        remaining.wrappingSubtract(1, ordering: .relaxed).newValue >= 0
-    }
-}
-
 /// A ledger in a fresh directory with `callers` clients, each on its own dataset. An iteration
 /// of one caller loops `updateRecords`; with several callers, each runs in its own task of a
 /// task group and they share the iteration's operations, so group commit can batch them.
@@ -164,11 +117,6 @@ final class LedgerFixture: WriteFixture {
 }
 
 // MARK: - Raw LMDB baselines
-
-/// Big-endian bytes of `value`, as the ledger's keys are.
-func bigEndianBytes(_ value: UInt64) -> [UInt8] {
-    withUnsafeBytes(of: value.bigEndian) { Array($0) }
-}
 
 /// Raw LMDB, one put of a ~100-byte pair per commit: the floor a durable write cannot beat
 /// (one commit, two fsyncs in LMDB, per operation) and the reference of the targets.

@@ -1,4 +1,5 @@
 import Benchmark
+import BenchSupport
 
 /// The write path of SyncLedger beside raw LMDB, all in one run so the ratios compare numbers
 /// taken on the same machine at the same time (`tools/bench` prints them as one table).
@@ -9,8 +10,8 @@ import Benchmark
 /// counterpart), so the built-in `throughput` metric counts operations; ``WriteMetrics`` adds
 /// the exact operations per second, operations per commit and CPU time per operation.
 let benchmarks: @Sendable () -> Void = {
-    // Each ledger benchmark runs right after the raw LMDB benchmarks it is compared with, so
-    // a burst of other activity on the machine is less likely to fall between the two.
+    // The benchmark package runs benchmarks in name order (all "raw LMDB …" ones, then the
+    // "updateRecords …" ones), each in a process of its own, whatever the order here.
 
     // Durable, one writer: the reference (one put per commit), the ledger's puts, the ledger.
     writeBenchmark("raw LMDB durable 1 put per commit", scalingFactor: .one) {

@@ -79,7 +79,11 @@ public final class HeapSampler: Sendable {
     /// `malloc_trim`), so memory freed by a benchmark's setup does not count as its peak.
     public static func releaseFreedMemory() {
         #if canImport(Glibc)
-        malloc_trim(0)
+        // <malloc.h> is not part of the Glibc module: look the function up (RTLD_DEFAULT).
+        typealias MallocTrim = @convention(c) (Int) -> Int32
+        if let symbol = dlsym(nil, "malloc_trim") {
+            _ = unsafeBitCast(symbol, to: MallocTrim.self)(0)
+        }
         #endif
     }
 }

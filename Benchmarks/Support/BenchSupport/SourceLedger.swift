@@ -117,9 +117,25 @@ public enum SharedArtifacts {
         try FileManager.default.createDirectory(atPath: building, withIntermediateDirectories: true)
         try await build(building)
         settle()
-        FileManager.default.createFile(atPath: (building as NSString).appendingPathComponent(".complete"), contents: Data())
+        _ = FileManager.default.createFile(atPath: (building as NSString).appendingPathComponent(".complete"), contents: Data())
         try FileManager.default.moveItem(atPath: building, toPath: path)
         return Artifact(path: path, isTemporary: false)
+    }
+
+    /// Moves `directory` (a finished artifact made outside this mechanism, e.g. by a benchmark
+    /// that times the build) into the shared directory as artifact `name`, unless the run has
+    /// no shared directory or already has that artifact.
+    ///
+    /// - Returns: whether it was moved (else the caller still owns `directory`).
+    public static func publish(_ name: String, directory: String) throws -> Bool {
+        guard let root else { return false }
+        let path = (root as NSString).appendingPathComponent(name)
+        guard !FileManager.default.fileExists(atPath: (path as NSString).appendingPathComponent(".complete")) else { return false }
+        settle()
+        try? FileManager.default.removeItem(atPath: path)
+        _ = FileManager.default.createFile(atPath: (directory as NSString).appendingPathComponent(".complete"), contents: Data())
+        try FileManager.default.moveItem(atPath: directory, toPath: path)
+        return true
     }
 
     /// Gives a closed ledger's writer thread a moment to let go of its LMDB environment, so that

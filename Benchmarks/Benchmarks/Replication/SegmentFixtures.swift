@@ -1,0 +1,239 @@
+import BenchSupport
+import Foundation
+import LedgerStorage
+import SyncLedger
+
+/// The ~4 MiB feed segment of the codec benchmarks (`codec.slseg` of ``FeedSource``): its
+/// encoded bytes, its zstd frame and the uncompressed entry bytes inside (the payload).
+struct CodecSegment {
+    let encoded: [UInt8]
+    let payload: SegmentPayload
+
+    init(_ artifact: Artifact) throws {
+        encoded = try readBytes(artifact.file("codec.slseg"))
+        payload = try SegmentPayload(encoded: encoded)
+    }
+}
+
+/// `Segment.encoded()` of the ~4 MiB feed segment (entry serialisation, zstd at the segment's
+/// level 3, header, SHA-256). Payload bytes per second count the uncompressed entry bytes.
+final class SegmentEncodeFixture: MeasuredFixture {
+    let artifact: Artifact
+    let segment: Segment
+    let plainBytes: Int
+
+    init() async throws {
+        artifact = try await FeedSource.artifact()
+        let codec = try CodecSegment(artifact)
+        segment = codec.payload.segment
+        plainBytes = codec.payload.plain.count
+    }
+
+    func iterate() async throws -> Measured {
+        let bytes = try segment.encoded()
+        return Measured(operations: segment.entries.count, bytes: plainBytes, figure: bytes.count)
+    }
+
+    func tearDown() { artifact.release() }
+}
+
+/// `Zstd.compress` of the same uncompressed entry bytes at the same level: the limit of
+/// ``SegmentEncodeFixture``.
+final class RawCompressFixture: MeasuredFixture {
+    let artifact: Artifact
+    let plain: [UInt8]
+    let level: Int32
+    let entries: Int
+
+    init() async throws {
+        artifact = try await FeedSource.artifact()
+        let codec = try CodecSegment(artifact)
+        plain = codec.payload.plain
+        level = codec.payload.segment.compressionLevel
+        entries = codec.payload.segment.entries.count
+    }
+
+    func iterate() async throws -> Measured {
+        let compressed = try Zstd.compress(plain, level: level)
+        return Measured(operations: entries, bytes: plain.count, figure: compressed.count)
+    }
+
+    func tearDown() { artifact.release() }
+}
+
+/// `Segment.decode` of the ~4 MiB feed segment's bytes: checksum, zstd, every entry decoded
+/// and every hash chain checked.
+final class SegmentDecodeFixture: MeasuredFixture {
+    let artifact: Artifact
+    let encoded: [UInt8]
+    let plainBytes: Int
+
+    init() async throws {
+        artifact = try await FeedSource.artifact()
+        let codec = try CodecSegment(artifact)
+        encoded = codec.encoded
+        plainBytes = codec.payload.plain.count
+    }
+
+    func iterate() async throws -> Measured {
+        let segment = try Segment.decode(encoded)
+        return Measured(operations: segment.entries.count, bytes: plainBytes)
+    }
+
+    func tearDown() { artifact.release() }
+}
+
+/// `Zstd.decompress` of the same segment's zstd frame: the limit of ``SegmentDecodeFixture``.
+final class RawDecompressFixture: MeasuredFixture {
+    let artifact: Artifact
+    let compressed: [UInt8]
+    let plainBytes: Int
+    let entries: Int
+
+    init() async throws {
+        artifact = try await FeedSource.artifact()
+        let codec = try CodecSegment(artifact)
+        compressed = codec.payload.compressed
+        plainBytes = codec.payload.plain.count
+        entries = codec.payload.segment.entries.count
+    }
+
+    func iterate() async throws -> Measured {
+        let plain = try Zstd.decompress(compressed, limit: plainBytes)
+        return Measured(operations: entries, bytes: plain.count)
+    }
+
+    func tearDown() { artifact.release() }
+}
+
+/// The wire ratio of a feed segment of at least `minimumPayload` uncompressed entry bytes: the
+/// shortest run of the codec segment's first entries that reaches it, encoded at level 3.
+///
+/// - `figure`: the segment's file bytes (header, frame, checksum) per million payload bytes;
+/// - `baselineFigure`: bare `Zstd.compress` of the same payload at the same level, per million
+///   payload bytes — what compression alone achieves, without the segment's framing.
+final class WireRatioFixture: MeasuredFixture {
+    let artifact: Artifact
+    let segment: Segment
+    let plain: [UInt8]
+
+    init(minimumPayload: Int) async throws {
+        artifact = try await FeedSource.artifact()
+        let codec = try CodecSegment(artifact)
+        let all = codec.payload.segment
+        func payloadSize(_ count: Int) throws -> Int {
+            let encoded = try Segment(scope: .feed, entries: Array(all.entries.prefix(count)), compressionLevel: all.compressionLevel).encoded()
+            return Int(try Segment.decode(encoded).uncompressedSize)
+        }
+        var count = all.entries.count
+        if try payloadSize(count) > minimumPayload {
+            // The fewest entries whose payload reaches the minimum (binary search).
+            var low = 1, high = count
+            while low < high {
+                let middle = (low + high) / 2
+                if try payloadSize(middle) >= minimumPayload { high = middle } else { low = middle + 1 }
+            }
+            count = low
+        }
+        segment = Segment(scope: .feed, entries: Array(all.entries.prefix(count)), compressionLevel: all.compressionLevel)
+        plain = try SegmentPayload(encoded: try segment.encoded()).plain
+    }
+
+    func iterate() async throws -> Measured {
+        let encoded = try segment.encoded()
+        let raw = try Zstd.compress(plain, level: segment.compressionLevel)
+        return Measured(operations: segment.entries.count, bytes: plain.count,
+                        figure: encoded.count * 1_000_000 / plain.count,
+                        baselineFigure: raw.count * 1_000_000 / plain.count)
+    }
+
+    func tearDown() { artifact.release() }
+}
+
+// MARK: - Serving a pull
+
+/// What a leader does to serve a pull: `feedSegment(after: N, level: 1)` (default 4 MiB target)
+/// on the feed source ledger, then `encoded()`. `figure` is the segment's file bytes.
+final class PullLedgerFixture: MeasuredFixture {
+    let artifact: Artifact
+    let ledger: Ledger
+    let info: FeedSource.Info
+
+    init() async throws {
+        artifact = try await FeedSource.artifact()
+        info = try FeedSource.info(artifact)
+        var options = LedgerOptions()
+        options.durable = false
+        ledger = try Ledger(directory: FeedSource.ledgerPath(artifact), options: options)
+    }
+
+    func iterate() async throws -> Measured {
+        guard let segment = try ledger.feedSegment(after: info.pullAfter, level: 1) else { throw HarnessError("pull: empty segment") }
+        let bytes = try segment.encoded()
+        return Measured(operations: segment.entries.count, bytes: info.pullPlainBytes, figure: bytes.count)
+    }
+
+    func tearDown() {
+        ledger.close()
+        artifact.release()
+    }
+}
+
+/// A raw LMDB cursor scan of the same entries in the source ledger's `log` database: seek to
+/// sequence N + 1 and read (copy) as many pairs as the pull's segment holds, in one read
+/// transaction. One of the two limits of ``PullLedgerFixture``.
+final class PullScanFixture: MeasuredFixture {
+    let artifact: Artifact
+    let environment: Environment
+    let log: Database
+    let info: FeedSource.Info
+
+    init() async throws {
+        artifact = try await FeedSource.artifact()
+        info = try FeedSource.info(artifact)
+        var options = EnvironmentOptions()
+        options.durable = false
+        environment = try Environment(path: FeedSource.ledgerPath(artifact), options: options)
+        log = try environment.openDatabase("log")
+    }
+
+    func iterate() async throws -> Measured {
+        let (count, bytes) = try environment.read { txn in
+            try txn.withCursor(log) { cursor -> (Int, Int) in
+                var count = 0, bytes = 0
+                var pair = try cursor.seek(atLeast: bigEndianBytes(info.pullAfter + 1))
+                while let current = pair, count < info.pullEntries {
+                    count += 1
+                    bytes += current.key.count + current.value.count
+                    pair = try cursor.next()
+                }
+                return (count, bytes)
+            }
+        }
+        guard count == info.pullEntries else { throw HarnessError("raw scan read \(count) of \(info.pullEntries) entries") }
+        return Measured(operations: count, bytes: bytes)
+    }
+
+    func tearDown() { artifact.release() }
+}
+
+/// Bare `Zstd.compress` at level 1 of the pull segment's uncompressed entry bytes: the other
+/// limit of ``PullLedgerFixture``.
+final class PullZstdFixture: MeasuredFixture {
+    let artifact: Artifact
+    let plain: [UInt8]
+    let info: FeedSource.Info
+
+    init() async throws {
+        artifact = try await FeedSource.artifact()
+        info = try FeedSource.info(artifact)
+        plain = try readBytes(artifact.file("pull-plain.bin"))
+    }
+
+    func iterate() async throws -> Measured {
+        let compressed = try Zstd.compress(plain, level: 1)
+        return Measured(operations: info.pullEntries, bytes: plain.count, figure: compressed.count)
+    }
+
+    func tearDown() { artifact.release() }
+}
