@@ -98,14 +98,21 @@ let package = Package(
             dependencies: ["LedgerStorage"],
             swiftSettings: swiftSettings
         ),
+        // Fixtures shared by the test targets.
+        .target(
+            name: "SyncLedgerTestSupport",
+            dependencies: ["SyncLedger"],
+            path: "Tests/SyncLedgerTestSupport",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "SyncLedgerServerTests",
-            dependencies: ["SyncLedgerServer", "SyncLedger"],
+            dependencies: ["SyncLedgerServer", "SyncLedger", "SyncLedgerTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "SyncLedgerTests",
-            dependencies: ["SyncLedger", "LedgerStorage"],
+            dependencies: ["SyncLedger", "LedgerStorage", "SyncLedgerTestSupport"],
             swiftSettings: swiftSettings
         ),
     ]

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import SyncLedgerTestSupport
 @testable import SyncLedger
 
 @Suite struct CognitoSemanticsTests {

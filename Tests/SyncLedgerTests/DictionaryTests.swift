@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import SyncLedgerTestSupport
 import LedgerStorage
 @testable import SyncLedger
 

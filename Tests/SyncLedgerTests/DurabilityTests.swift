@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import SyncLedgerTestSupport
 @testable import SyncLedger
 
 /// The directory holding the built products (the crash writer sits beside the test bundle).

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import SyncLedgerTestSupport
 @testable import SyncLedger
 
 /// A plain in-memory model of Cognito semantics, independent of the ledger's code.
@@ -33,17 +34,6 @@ struct Model {
     }
 }
 
-/// A small seeded generator (SplitMix64), so failures reproduce.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E3779B97F4A7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58476D1CE4E5B9
-        z = (z ^ (z >> 27)) &* 0x94D049BB133111EB
-        return z ^ (z >> 31)
-    }
-}
 
 @Suite struct ModelTests {
     /// Random operation sequences against the model: maintained views == rebuilt views == model.

@@ -1,4 +1,5 @@
 import Testing
+import SyncLedgerTestSupport
 @testable import SyncLedger
 
 @Suite struct TokenTests {
