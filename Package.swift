@@ -112,7 +112,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SyncLedgerTests",
-            dependencies: ["SyncLedger", "LedgerStorage", "SyncLedgerTestSupport"],
+            dependencies: ["SyncLedger", "LedgerStorage", "SyncLedgerTestSupport", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
     ]

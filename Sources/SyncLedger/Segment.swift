@@ -68,14 +68,15 @@ public struct Segment: Sendable, Equatable {
     /// and the body — so a segment holds no incompressible bytes but the bodies' own. A stream
     /// segment's entries are `seq, body`; a feed segment's name their stream and, the first
     /// time a stream appears, the hash before that entry.
-    static func entryBytes(_ e: Entry, feed: Bool, firstOfStream: Bool) -> [UInt8] {
-        var w = ByteWriter(capacity: e.body.count + 64)
+    static func entryBytes(_ e: Entry, feed: Bool, firstOfStream: Bool, lastOfStream: Bool = false) -> [UInt8] {
+        var w = ByteWriter(capacity: e.body.count + 96)
         if feed {
             let name = e.stream.key
             w.varint(UInt64(name.count))
             w.raw(name)
-            w.byte(firstOfStream ? 1 : 0)
+            w.byte((firstOfStream ? 1 : 0) | (lastOfStream ? 2 : 0))
             if firstOfStream { w.raw(e.previous) }
+            if lastOfStream { w.raw(e.hash) }  // the anchor its recomputed chain must reach
         }
         w.varint(e.sequence)
         w.varint(UInt64(e.body.count))
@@ -88,7 +89,11 @@ public struct Segment: Sendable, Equatable {
         var plain = ByteWriter(capacity: entries.reduce(0) { $0 + $1.body.count + 80 })
         var seen = Set<StreamName>()
         let isFeed = scope == .feed
-        for e in entries { plain.raw(Self.entryBytes(e, feed: isFeed, firstOfStream: seen.insert(e.stream).inserted)) }
+        var lastIndex: [StreamName: Int] = [:]
+        if isFeed { for (i, e) in entries.enumerated() { lastIndex[e.stream] = i } }
+        for (i, e) in entries.enumerated() {
+            plain.raw(Self.entryBytes(e, feed: isFeed, firstOfStream: seen.insert(e.stream).inserted, lastOfStream: lastIndex[e.stream] == i))
+        }
         let compressed: [UInt8]
         do {
             if let dictionary {
@@ -194,6 +199,8 @@ public struct Segment: Sendable, Equatable {
             var entries: [Entry] = []
             var heads: [StreamName: (offset: UInt64?, hash: [UInt8])] = [:]
             if case .stream(let s) = scope { heads[s] = (firstOffset &- 1, previous) }
+            var anchored = Set<StreamName>()
+            var anchor: [UInt8]?
             while !er.isAtEnd {
                 guard UInt64(entries.count) < count else { throw fail("holds more entries than the \(count) its header says") }
                 let index = entries.count
@@ -204,14 +211,22 @@ public struct Segment: Sendable, Equatable {
                     let keyLength = try er.varint()
                     guard keyLength <= 512 else { throw fail("entry \(index): stream name of \(keyLength) bytes") }
                     do { stream = try StreamName(key: Array(try er.raw(Int(keyLength)))) } catch { throw fail("entry \(index): bad stream name") }
-                    let flag = try er.byte()
-                    switch (flag, heads[stream]) {
+                    let flags = try er.byte()
+                    guard flags & ~3 == 0, !anchored.contains(stream) else { throw fail("entry \(index): bad flags, or \(stream) goes on after its last entry") }
+                    switch (flags & 1, heads[stream]) {
                     case (1, nil): heads[stream] = (nil, Array(try er.raw(32)))
                     case (0, .some): break
                     default: throw fail("entry \(index): the previous hash of \(stream) is missing or repeated")
                     }
+                    if flags & 2 != 0 {
+                        anchor = Array(try er.raw(32))
+                        anchored.insert(stream)
+                    }
                 }
                 let sequence = try er.varint()
+                if let last = entries.last, sequence <= last.sequence {
+                    throw fail("entry \(index): commit sequence \(sequence) does not follow \(last.sequence)")
+                }
                 let bodyLength = try er.varint()
                 guard bodyLength <= UInt64(er.remaining) else { throw fail("entry \(index): body overruns the segment") }
                 let entryBody = Array(try er.raw(Int(bodyLength)))
@@ -226,17 +241,24 @@ public struct Segment: Sendable, Equatable {
                     throw fail("entry \(index) (\(stream) offset 1) does not start from the empty chain")
                 }
                 let hash = LogEntry.chainHash(previous: head.hash, stream: stream, body: entryBody)
+                if let expected = anchor {
+                    guard expected == hash else { throw fail("entry \(index) (\(stream) offset \(decoded.offset)): the hash chain breaks") }
+                    anchor = nil
+                }
                 heads[stream] = (decoded.offset, hash)
                 let entry = LogEntry(stream: stream, offset: decoded.offset, sequence: sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: hash)
                 entries.append(Entry(stream: stream, sequence: sequence, previous: head.hash, hash: hash, body: entryBody, entry: entry))
             }
             guard UInt64(entries.count) == count else { throw fail("holds \(entries.count) entries; its header says \(count)") }
+            if case .feed = scope, anchored.count != heads.count {
+                throw fail("a stream's chain in it has no anchoring last hash")
+            }
             guard (entries.last?.hash ?? previous) == lastHash else {
                 throw fail("the hash chain of its entries does not end at the hash its header names")
             }
             if let first = entries.first, let last = entries.last {
                 guard first.sequence == firstSequence, last.sequence == lastSequence else { throw fail("the sequence range in the header does not match its entries") }
-                if case .stream = scope, first.entry.offset != firstOffset || last.entry.offset != lastOffset {
+                guard first.entry.offset == firstOffset, last.entry.offset == lastOffset else {
                     throw fail("the offset range in the header does not match its entries")
                 }
             }

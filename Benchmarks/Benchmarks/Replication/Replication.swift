@@ -19,7 +19,7 @@ import BenchSupport
 let benchmarks: @Sendable () -> Void = {
     // Export of 1M entries. The build runs first (it sorts first) and leaves the ledger for the
     // two exports; it takes about half a minute, so each of these runs once.
-    let once = MeasuredOptions(warmup: 0, maxIterations: 1, maxDuration: .seconds(1))
+    let once = MeasuredOptions(warmup: 0, maxIterations: 1, maxDuration: .seconds(1), longIterations: true)
     var sampled = once
     sampled.sampleHeap = true
     measuredBenchmark("export 1M: build source ledger, disk bytes", once) { ExportBuildFixture() }

@@ -78,13 +78,21 @@ public struct MeasuredOptions: Sendable {
     /// Whether to sample anonymous resident memory during the timed part (a thread reading
     /// `/proc/self/status` every 2 ms: a little CPU, so only where memory is the question).
     public var sampleHeap: Bool
+    /// Whether an iteration takes more than a second. The benchmark package's own throughput
+    /// metric (whole iterations per second) is then 0, which it does not record, and its JMH
+    /// export leaves out a benchmark without one; so for such benchmarks its measurement window
+    /// is closed before the iteration starts, and only the harness's own timing
+    /// (``Figures/nanosPerIteration``) means anything — which is all `tools/bench` reads.
+    public var longIterations: Bool
 
     /// A benchmark of up to `maxIterations` iterations or `maxDuration`.
-    public init(warmup: Int = 1, maxIterations: Int = 1_000, maxDuration: Duration = .seconds(2), sampleHeap: Bool = false) {
+    public init(warmup: Int = 1, maxIterations: Int = 1_000, maxDuration: Duration = .seconds(2), sampleHeap: Bool = false,
+                longIterations: Bool = false) {
         self.warmup = warmup
         self.maxIterations = maxIterations
         self.maxDuration = maxDuration
         self.sampleHeap = sampleHeap
+        self.longIterations = longIterations
     }
 }
 
@@ -112,9 +120,12 @@ public func measuredBenchmark(_ name: String, _ options: MeasuredOptions, make: 
             return
         }
         let sampler = options.sampleHeap ? HeapSampler() : nil
+        benchmark.startMeasurement()
+        if options.longIterations { benchmark.stopMeasurement() }
         let cpuStart = processCPUNanoseconds()
         let start = ContinuousClock.now
         let result = try await fixture.iterate()
+        if !options.longIterations { benchmark.stopMeasurement() }
         let elapsed = result.seconds ?? seconds(ContinuousClock.now - start)
         let cpu = processCPUNanoseconds() - cpuStart
         let peak = sampler?.stop() ?? 0
