@@ -16,8 +16,12 @@ struct HarnessError: Error, CustomStringConvertible {
 /// - `merge-NNN.slseg`: the feed cut into segments of exactly 1,000 entries (in feed order, so
 ///   merging them in turn into an empty ledger applies every entry);
 /// - `codec.slseg`: `feedSegment(after: 0)` with the default 4 MiB target, zstd level 3;
-/// - `info.json` and `pull-plain.bin`: what `feedSegment(after: pullAfter, level: 1)` returns
-///   (entry count, uncompressed entry bytes), for the raw baselines of the pull benchmark.
+/// - `pull.slseg`, `info.json` and `pull-plain.bin`: what `feedSegment(after: pullAfter,
+///   level: 1)` returns, its entry count and its uncompressed entry bytes, for the raw
+///   baselines of the pull benchmark and the wire-ratio benchmarks;
+/// - `pool.dict` and `stream.slseg`: the pool's zstd dictionary (`Ledger.trainDictionary`,
+///   trained after everything above was exported) and up to 64 KiB of stream 0's entries from
+///   the middle of the stream, encoded without a dictionary.
 enum FeedSource {
     static let entries = 50_000
     static let streams = 64
@@ -32,6 +36,8 @@ enum FeedSource {
         var pullEntries: Int
         var pullPlainBytes: Int
         var buildSeconds: Double
+        /// The id of the pool's trained zstd dictionary (`pool.dict`).
+        var dictionaryID: UInt32
     }
 
     /// The artifact, built if this run has not built it yet.
@@ -52,9 +58,23 @@ enum FeedSource {
             guard let codec = try ledger.feedSegment(after: 0) else { throw HarnessError("empty feed") }
             try Data(try codec.encoded()).write(to: URL(fileURLWithPath: (path as NSString).appendingPathComponent("codec.slseg")))
             guard let pull = try ledger.feedSegment(after: pullAfter, level: 1) else { throw HarnessError("nothing after \(pullAfter)") }
-            let payload = try SegmentPayload(encoded: try pull.encoded())
+            let pullBytes = try pull.encoded()
+            try Data(pullBytes).write(to: URL(fileURLWithPath: (path as NSString).appendingPathComponent("pull.slseg")))
+            let payload = try SegmentPayload(encoded: pullBytes)
             try Data(payload.plain).write(to: URL(fileURLWithPath: (path as NSString).appendingPathComponent("pull-plain.bin")))
-            let info = Info(pullAfter: pullAfter, pullEntries: pull.entries.count, pullPlainBytes: payload.plain.count, buildSeconds: buildSeconds)
+            // Last, as it appends an entry (to the pool's configuration stream): the pool's zstd
+            // dictionary, and a stretch of stream 0 from its middle, saved without one.
+            let dictionary = try await ledger.trainDictionary(pool: try IdentityPoolID(EventData.pool))
+            try Data(dictionary.bytes).write(to: URL(fileURLWithPath: (path as NSString).appendingPathComponent("pool.dict")))
+            let stream = try EventData.stream(0)
+            let head = try ledger.listRecords(stream).datasetSyncCount
+            guard var stretch = try ledger.streamSegment(stream, after: head / 2, maxBytes: 64 << 10) else {
+                throw HarnessError("stream 0 has nothing after offset \(head / 2)")
+            }
+            stretch.dictionary = nil
+            try Data(try stretch.encoded()).write(to: URL(fileURLWithPath: (path as NSString).appendingPathComponent("stream.slseg")))
+            let info = Info(pullAfter: pullAfter, pullEntries: pull.entries.count, pullPlainBytes: payload.plain.count, buildSeconds: buildSeconds,
+                            dictionaryID: dictionary.id)
             try JSONEncoder().encode(info).write(to: URL(fileURLWithPath: (path as NSString).appendingPathComponent("info.json")))
         }
     }

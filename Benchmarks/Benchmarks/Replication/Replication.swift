@@ -7,7 +7,8 @@ import BenchSupport
 ///   the same puts in the same transactions (the limit) and SQLite doing the same Cognito
 ///   semantics (the peer);
 /// - segment codec: `Segment.encoded()` / `Segment.decode` of a ~4 MiB feed segment beside bare
-///   zstd on the same bytes, and the wire ratio of segments from 4 KiB up;
+///   zstd on the same bytes, and the wire ratio of segments from 4 KiB up (feed segments, and
+///   a small stream segment with the pool's trained dictionary);
 /// - serving a pull: `feedSegment` + `encoded()` at level 1 beside a raw cursor scan of the same
 ///   entries and bare zstd level 1 of the same bytes;
 /// - export of 1,000,000 entries beside a raw scan + zstd of the same log, and disk bytes per
@@ -51,4 +52,5 @@ let benchmarks: @Sendable () -> Void = {
     measuredBenchmark("wire ratio: 4 KiB segment", ratio) { try await WireRatioFixture(minimumPayload: 4 << 10) }
     measuredBenchmark("wire ratio: 64 KiB segment", ratio) { try await WireRatioFixture(minimumPayload: 64 << 10) }
     measuredBenchmark("wire ratio: 4 MiB segment", ratio) { try await WireRatioFixture(minimumPayload: 4 << 20) }
+    measuredBenchmark("wire ratio: 4 KiB stream segment, pool dictionary", ratio) { try await StreamWireRatioFixture(minimumPayload: 4 << 10) }
 }

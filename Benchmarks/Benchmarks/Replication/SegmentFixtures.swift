@@ -106,8 +106,11 @@ final class RawDecompressFixture: MeasuredFixture {
     func tearDown() { artifact.release() }
 }
 
-/// The wire ratio of a feed segment of at least `minimumPayload` uncompressed entry bytes: the
-/// shortest run of the codec segment's first entries that reaches it, encoded at level 3.
+/// The wire ratio of a feed segment of at least `minimumPayload` uncompressed entry bytes, as a
+/// follower pulling from the middle of the feed gets it: the shortest run of entries after
+/// sequence ``FeedSource/pullAfter`` that reaches the size, encoded at level 3 (the default).
+/// (The feed's very first entries would be a worse and less steady case: each is the first of
+/// its stream, and their order depends on how the source's writers were scheduled.)
 ///
 /// - `figure`: the segment's file bytes (header, frame, checksum) per million payload bytes;
 /// - `baselineFigure`: bare `Zstd.compress` of the same payload at the same level, per million
@@ -119,8 +122,8 @@ final class WireRatioFixture: MeasuredFixture {
 
     init(minimumPayload: Int) async throws {
         artifact = try await FeedSource.artifact()
-        let codec = try CodecSegment(artifact)
-        let all = codec.payload.segment
+        let pulled = try Segment.decode(try readBytes(artifact.file("pull.slseg")))
+        let all = Segment(scope: .feed, entries: pulled.entries, compressionLevel: 3)
         func payloadSize(_ count: Int) throws -> Int {
             let encoded = try Segment(scope: .feed, entries: Array(all.entries.prefix(count)), compressionLevel: all.compressionLevel).encoded()
             return Int(try Segment.decode(encoded).uncompressedSize)
@@ -145,6 +148,54 @@ final class WireRatioFixture: MeasuredFixture {
         return Measured(operations: segment.entries.count, bytes: plain.count,
                         figure: encoded.count * 1_000_000 / plain.count,
                         baselineFigure: raw.count * 1_000_000 / plain.count)
+    }
+
+    func tearDown() { artifact.release() }
+}
+
+/// The wire ratio of a small stream segment (what a client syncing one dataset pulls) of at
+/// least `minimumPayload` uncompressed entry bytes: the shortest run of `stream.slseg`'s entries
+/// that reaches it, encoded at level 3 with the pool's trained dictionary, as
+/// `Ledger.streamSegment` does below `Ledger.dictionaryThreshold`.
+///
+/// - `figure`: file bytes per million payload bytes with the dictionary;
+/// - `baselineFigure`: the same segment encoded without it, per million payload bytes.
+final class StreamWireRatioFixture: MeasuredFixture {
+    let artifact: Artifact
+    let withDictionary: Segment
+    let withoutDictionary: Segment
+    let payloadBytes: Int
+
+    init(minimumPayload: Int) async throws {
+        artifact = try await FeedSource.artifact()
+        let info = try FeedSource.info(artifact)
+        let dictionary = try readBytes(artifact.file("pool.dict"))
+        let source = try Segment.decode(try readBytes(artifact.file("stream.slseg")))
+        func segment(_ count: Int) -> Segment {
+            Segment(scope: source.scope, previousHash: source.previousHash, entries: Array(source.entries.prefix(count)), compressionLevel: 3)
+        }
+        func payloadSize(_ count: Int) throws -> Int { Int(try Segment.decode(try segment(count).encoded()).uncompressedSize) }
+        var low = 1, high = source.entries.count
+        guard try payloadSize(high) >= minimumPayload else { throw HarnessError("stream.slseg holds less than \(minimumPayload) bytes") }
+        while low < high {
+            let middle = (low + high) / 2
+            if try payloadSize(middle) >= minimumPayload { high = middle } else { low = middle + 1 }
+        }
+        withoutDictionary = segment(low)
+        payloadBytes = try payloadSize(low)
+        var with = segment(low)
+        with.dictionary = (info.dictionaryID, dictionary)
+        withDictionary = with
+        // The dictionary-compressed bytes must decode with it.
+        _ = try Segment.decode(try with.encoded(), dictionaries: { $0 == info.dictionaryID ? dictionary : nil })
+    }
+
+    func iterate() async throws -> Measured {
+        let with = try withDictionary.encoded()
+        let without = try withoutDictionary.encoded()
+        return Measured(operations: withDictionary.entries.count, bytes: payloadBytes,
+                        figure: with.count * 1_000_000 / payloadBytes,
+                        baselineFigure: without.count * 1_000_000 / payloadBytes)
     }
 
     func tearDown() { artifact.release() }
