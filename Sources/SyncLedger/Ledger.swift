@@ -208,18 +208,12 @@ public final class Ledger: Sendable {
         events decide: (() -> [Event])? = nil
     ) throws -> (entry: LogEntry, view: StoredDatasetView) {
         let existing = try head(txn, stream)
-        let id: UInt64
-        if let existing {
-            id = existing.id
-        } else {
-            let last = try txn.withCursor(schema.streamNames) { try $0.last() }
-            id = (last?.key.bigEndianUInt64() ?? 0) + 1
-        }
+        let id = try existing?.id ?? nextStreamID(txn)
         var view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: id)
         try check(view)
         // `decide`, when given, picks the events after `check` looked at the view.
         let events = decide?() ?? fixedEvents
-        let sequence = try (txn.withCursor(schema.log) { try $0.last() }?.key.bigEndianUInt64() ?? 0) + 1
+        let sequence = try nextSequence(txn)
         let offset = (existing?.offset ?? 0) + 1
         let time = options.clock()
         let body = LogEntry.encodeBody(offset: offset, time: time, author: author, events: events)
@@ -228,18 +222,34 @@ public final class Ledger: Sendable {
         try apply(entry, to: &view)
         try validate(view)
 
+        try store(txn, entry, body: body, streamID: id, newStream: existing == nil, view: view)
+        return (entry, view)
+    }
+
+    /// A stream id for a stream seen for the first time.
+    func nextStreamID(_ txn: Transaction) throws -> UInt64 {
+        try (txn.withCursor(schema.streamNames) { try $0.last() }?.key.bigEndianUInt64() ?? 0) + 1
+    }
+
+    /// The commit sequence of the next entry.
+    func nextSequence(_ txn: Transaction) throws -> UInt64 {
+        try (txn.withCursor(schema.log) { try $0.last() }?.key.bigEndianUInt64() ?? 0) + 1
+    }
+
+    /// Writes an entry whose view changes `view` holds: the log (an append), the index, the
+    /// stream head (and name, for a new stream) and the views. Every append goes through here.
+    func store(_ txn: Transaction, _ entry: LogEntry, body: [UInt8], streamID id: UInt64, newStream: Bool, view: StoredDatasetView) throws {
         var stored = ByteWriter(capacity: 40 + body.count)
         stored.fixed64(id)
-        stored.raw(hash)
+        stored.raw(entry.hash)
         stored.raw(body)
-        try txn.put(schema.log, key: .bigEndian(sequence), value: stored.bytes, flags: .append)
-        try txn.put(schema.index, key: Schema.indexKey(stream: id, offset: offset), value: .bigEndian(sequence))
-        try txn.put(schema.streams, key: stream.key, value: StreamHead(id: id, offset: offset, hash: hash).encoded())
-        if existing == nil {
-            try txn.put(schema.streamNames, key: .bigEndian(id), value: stream.key)
+        try txn.put(schema.log, key: .bigEndian(entry.sequence), value: stored.bytes, flags: .append)
+        try txn.put(schema.index, key: Schema.indexKey(stream: id, offset: entry.offset), value: .bigEndian(entry.sequence))
+        try txn.put(schema.streams, key: entry.stream.key, value: StreamHead(id: id, offset: entry.offset, hash: entry.hash).encoded())
+        if newStream {
+            try txn.put(schema.streamNames, key: .bigEndian(id), value: entry.stream.key)
         }
         try view.flush()
-        return (entry, view)
     }
 
     /// Runs `body` on the writer as one caller of a group commit.

@@ -207,26 +207,11 @@ extension Ledger {
     /// local commit sequence, and applies it to the views. The caller checked its chain.
     func appendExisting(_ txn: Transaction, _ e: Segment.Entry) throws {
         let existing = try head(txn, e.stream)
-        let id: UInt64
-        if let existing {
-            id = existing.id
-        } else {
-            let last = try txn.withCursor(schema.streamNames) { try $0.last() }
-            id = (last?.key.bigEndianUInt64() ?? 0) + 1
-            try txn.put(schema.streamNames, key: .bigEndian(id), value: e.stream.key)
-        }
-        let sequence = try (txn.withCursor(schema.log) { try $0.last() }?.key.bigEndianUInt64() ?? 0) + 1
-        let entry = LogEntry(stream: e.stream, offset: e.entry.offset, sequence: sequence, time: e.entry.time, author: e.entry.author, events: e.entry.events, hash: e.hash)
+        let id = try existing?.id ?? nextStreamID(txn)
+        let entry = LogEntry(stream: e.stream, offset: e.entry.offset, sequence: try nextSequence(txn), time: e.entry.time, author: e.entry.author, events: e.entry.events, hash: e.hash)
         var view = try StoredDatasetView(txn: txn, schema: schema, stream: e.stream, streamID: id)
         try apply(entry, to: &view)
-        var stored = ByteWriter(capacity: 40 + e.body.count)
-        stored.fixed64(id)
-        stored.raw(e.hash)
-        stored.raw(e.body)
-        try txn.put(schema.log, key: .bigEndian(sequence), value: stored.bytes, flags: .append)
-        try txn.put(schema.index, key: Schema.indexKey(stream: id, offset: entry.offset), value: .bigEndian(sequence))
-        try txn.put(schema.streams, key: e.stream.key, value: StreamHead(id: id, offset: entry.offset, hash: e.hash).encoded())
-        try view.flush()
+        try store(txn, entry, body: e.body, streamID: id, newStream: existing == nil, view: view)
     }
 }
 
