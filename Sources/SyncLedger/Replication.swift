@@ -19,13 +19,11 @@ extension Ledger {
     /// The next segment of the change feed: entries after commit sequence `after`, up to about
     /// `maxBytes` of encoded entries (at least one entry). Nil when there is nothing after it.
     public func feedSegment(after sequence: UInt64, maxBytes: Int = 4 << 20, level: Int32 = 3) throws -> Segment? {
-        var entries: [Segment.Entry] = []
-        var size = 0
         var names: [UInt64: StreamName] = [:]
         var lastHash: [StreamName: [UInt8]] = [:]  // per stream, within this segment
-        var next = sequence + 1
-        while size < maxBytes {
-            let batch = try read { txn -> [Segment.Entry] in
+        let (entries, _) = try collectSegmentEntries(maxBytes: maxBytes) { last in
+            let next = (last?.sequence ?? sequence) + 1
+            return try read { txn -> [Segment.Entry] in
                 var result: [Segment.Entry] = []
                 try txn.withCursor(schema.log) { cursor in
                     var pair = try cursor.seek(atLeast: .bigEndian(next))
@@ -47,13 +45,6 @@ extension Ledger {
                 }
                 return result
             }
-            for e in batch {
-                entries.append(e)
-                size += e.body.count + 48
-                if size >= maxBytes { break }
-            }
-            guard batch.count == Self.scanBatch, let last = entries.last else { break }
-            next = last.sequence + 1
         }
         return entries.isEmpty ? nil : Segment(scope: .feed, entries: entries, compressionLevel: level)
     }
@@ -61,17 +52,15 @@ extension Ledger {
     /// The next segment of one stream: its entries from offset `after + 1`, up to about
     /// `maxBytes`. Nil when the stream has nothing after that offset.
     public func streamSegment(_ stream: StreamName, after offset: UInt64, maxBytes: Int = 4 << 20, level: Int32 = 3) throws -> Segment? {
-        var entries: [Segment.Entry] = []
-        var size = 0
         var previous = LogEntry.genesisHash
-        var next = offset + 1
-        while size < maxBytes {
-            let batch = try read { txn -> [Segment.Entry] in
+        let (entries, size) = try collectSegmentEntries(maxBytes: maxBytes) { last in
+            let next = (last?.entry.offset ?? offset) + 1
+            return try read { txn -> [Segment.Entry] in
                 guard let head = try head(txn, stream), head.offset >= next else { return [] }
-                if entries.isEmpty, next > 1 {
+                if last == nil, next > 1 {
                     previous = try entryAt(txn, streamID: head.id, stream: stream, offset: next - 1)?.hash ?? LogEntry.genesisHash
                 }
-                var chain = entries.last?.hash ?? previous
+                var chain = last?.hash ?? previous
                 var result: [Segment.Entry] = []
                 let prefix = [UInt8].bigEndian(head.id)
                 try txn.withCursor(schema.index) { cursor in
@@ -89,13 +78,6 @@ extension Ledger {
                 }
                 return result
             }
-            for e in batch {
-                entries.append(e)
-                size += e.body.count + 48
-                if size >= maxBytes { break }
-            }
-            guard batch.count == Self.scanBatch, let last = entries.last else { break }
-            next = last.entry.offset + 1
         }
         guard !entries.isEmpty else { return nil }
         var segment = Segment(scope: .stream(stream), previousHash: previous, entries: entries, compressionLevel: level)
@@ -103,6 +85,24 @@ extension Ledger {
             segment.dictionary = (dictionary.id, dictionary.bytes)
         }
         return segment
+    }
+
+    /// Gathers entries batch by batch — `fetch` gets the last entry taken (nil at first) and
+    /// returns up to ``scanBatch`` entries after it — until about `maxBytes` of bodies.
+    /// Returns the entries and their size.
+    private func collectSegmentEntries(maxBytes: Int, _ fetch: (Segment.Entry?) throws -> [Segment.Entry]) throws -> ([Segment.Entry], Int) {
+        var entries: [Segment.Entry] = []
+        var size = 0
+        while size < maxBytes {
+            let batch = try fetch(entries.last)
+            for e in batch {
+                entries.append(e)
+                size += e.body.count + 48
+                if size >= maxBytes { break }
+            }
+            guard batch.count == Self.scanBatch else { break }
+        }
+        return (entries, size)
     }
 
     private func segmentEntry(_ stored: [UInt8], sequence: UInt64, stream: StreamName, txn: Transaction, previous: (UInt64) throws -> [UInt8]) throws -> Segment.Entry {
