@@ -40,7 +40,7 @@ let package = Package(
         // The storage layer: the only code that touches C and unsafe pointers.
         .target(
             name: "LedgerStorage",
-            dependencies: ["CLMDB", "CZstd"],
+            dependencies: ["CLMDB", "CZstd", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         // The domain: streams, log entries, views, Cognito semantics, replay, verify.

@@ -71,6 +71,17 @@ let package = Package(
                 .plugin(name: "BenchmarkPlugin", package: "benchmark"),
             ]
         ),
+        // Not a benchmark: one replication phase (pull, encode, decode, merge) in a loop, for
+        // `perf record` (see tools/profile).
+        .executableTarget(
+            name: "Profile",
+            dependencies: [
+                .product(name: "SyncLedger", package: ledgerPackage),
+                .product(name: "LedgerStorage", package: ledgerPackage),
+                "BenchSupport",
+            ],
+            path: "Profile"
+        ),
         // Reads: listRecords after N, replay of a long stream.
         .executableTarget(
             name: "Reads",

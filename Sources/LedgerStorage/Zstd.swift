@@ -18,34 +18,41 @@ func checkZstd(_ code: Int, _ what: String) throws(ZstdError) -> Int {
 public enum Zstd {
     /// Compresses `input` as one zstd frame at `level` (1–19; 3 is zstd's default).
     public static func compress(_ input: [UInt8], level: Int32 = 3) throws -> [UInt8] {
-        let bound = ZSTD_compressBound(input.count)
-        var output = [UInt8](repeating: 0, count: bound)
-        let written = try input.withUnsafeBytes { source in
-            try output.withUnsafeMutableBytes { destination in
-                try checkZstd(ZSTD_compress(destination.baseAddress, bound, source.baseAddress, source.count, level), "compress")
+        try input.withUnsafeBytes { source in
+            let bound = ZSTD_compressBound(source.count)
+            return try [UInt8](unsafeUninitializedCapacity: bound) { destination, count in
+                count = 0
+                count = try checkZstd(ZSTD_compress(destination.baseAddress, bound, source.baseAddress, source.count, level), "compress")
             }
         }
-        output.removeSubrange(written...)
-        return output
     }
 
     /// Decompresses one zstd frame, refusing output larger than `limit` bytes.
     public static func decompress(_ input: [UInt8], limit: Int) throws -> [UInt8] {
-        let declared = input.withUnsafeBytes { ZSTD_getFrameContentSize($0.baseAddress, $0.count) }
+        try decompress(input[...], limit: limit)
+    }
+
+    /// Decompresses one zstd frame held in a slice, refusing output larger than `limit` bytes.
+    public static func decompress(_ input: ArraySlice<UInt8>, limit: Int) throws -> [UInt8] {
+        try input.withUnsafeBytes { source in
+            let size = try declaredSize(source, limit: limit)
+            return try [UInt8](unsafeUninitializedCapacity: size) { destination, count in
+                count = 0
+                count = try checkZstd(ZSTD_decompress(destination.baseAddress, size, source.baseAddress, source.count), "decompress")
+            }
+        }
+    }
+
+    /// The content size a frame declares, checked against `limit`.
+    static func declaredSize(_ source: UnsafeRawBufferPointer, limit: Int) throws -> Int {
+        let declared = ZSTD_getFrameContentSize(source.baseAddress, source.count)
         if declared == syncledger_zstd_content_size_error() {
             throw ZstdError(description: "decompress: not a zstd frame")
         }
         if declared == syncledger_zstd_content_size_unknown() || declared > UInt64(limit) {
             throw ZstdError(description: "decompress: frame size \(declared) unknown or over the limit \(limit)")
         }
-        var output = [UInt8](repeating: 0, count: Int(declared))
-        let written = try input.withUnsafeBytes { source in
-            try output.withUnsafeMutableBytes { destination in
-                try checkZstd(ZSTD_decompress(destination.baseAddress, destination.count, source.baseAddress, source.count), "decompress")
-            }
-        }
-        output.removeSubrange(written...)
-        return output
+        return Int(declared)
     }
 }
 
@@ -93,24 +100,22 @@ extension Zstd {
 
     /// Decompresses one frame made with `dictionary`, refusing output over `limit` bytes.
     public static func decompress(_ input: [UInt8], limit: Int, dictionary: [UInt8]) throws -> [UInt8] {
-        let declared = input.withUnsafeBytes { ZSTD_getFrameContentSize($0.baseAddress, $0.count) }
-        if declared == syncledger_zstd_content_size_error() {
-            throw ZstdError(description: "decompress: not a zstd frame")
-        }
-        if declared == syncledger_zstd_content_size_unknown() || declared > UInt64(limit) {
-            throw ZstdError(description: "decompress: frame size \(declared) unknown or over the limit \(limit)")
-        }
+        try decompress(input[...], limit: limit, dictionary: dictionary)
+    }
+
+    /// Decompresses one frame, held in a slice, made with `dictionary`, refusing output over
+    /// `limit` bytes.
+    public static func decompress(_ input: ArraySlice<UInt8>, limit: Int, dictionary: [UInt8]) throws -> [UInt8] {
         guard let context = ZSTD_createDCtx() else { throw ZstdError(description: "decompress: out of memory") }
         defer { ZSTD_freeDCtx(context) }
-        var output = [UInt8](repeating: 0, count: Int(declared))
-        let written = try input.withUnsafeBytes { source in
-            try dictionary.withUnsafeBytes { dict in
-                try output.withUnsafeMutableBytes { destination in
-                    try checkZstd(ZSTD_decompress_usingDict(context, destination.baseAddress, destination.count, source.baseAddress, source.count, dict.baseAddress, dict.count), "decompress with a dictionary")
+        return try input.withUnsafeBytes { source in
+            let size = try declaredSize(source, limit: limit)
+            return try dictionary.withUnsafeBytes { dict in
+                try [UInt8](unsafeUninitializedCapacity: size) { destination, count in
+                    count = 0
+                    count = try checkZstd(ZSTD_decompress_usingDict(context, destination.baseAddress, size, source.baseAddress, source.count, dict.baseAddress, dict.count), "decompress with a dictionary")
                 }
             }
         }
-        output.removeSubrange(written...)
-        return output
     }
 }

@@ -1,3 +1,5 @@
+import LedgerStorage
+
 /// Appends the binary forms used on disk: fixed big-endian integers (keys, so that byte order is
 /// numeric order), LEB128 varints and length-prefixed UTF-8 strings (values).
 struct ByteWriter {
@@ -45,29 +47,37 @@ struct DecodeFailure: Error, CustomStringConvertible {
 }
 
 /// Reads what ``ByteWriter`` wrote; every read checks bounds and throws ``DecodeFailure``.
+/// It reads an array or a slice of one (an entry inside a decompressed segment) without
+/// copying; ``position`` counts from the start of what it reads.
 struct ByteReader {
-    let bytes: [UInt8]
-    private(set) var position: Int
+    let bytes: ArraySlice<UInt8>
+    private var index: Int
 
     init(_ bytes: [UInt8], position: Int = 0) {
-        self.bytes = bytes
-        self.position = position
+        self.init(bytes[...], position: position)
     }
 
-    var isAtEnd: Bool { position == bytes.count }
-    var remaining: Int { bytes.count - position }
+    init(_ bytes: ArraySlice<UInt8>, position: Int = 0) {
+        self.bytes = bytes
+        self.index = bytes.startIndex + position
+    }
+
+    /// Bytes read so far.
+    var position: Int { index - bytes.startIndex }
+    var isAtEnd: Bool { index == bytes.endIndex }
+    var remaining: Int { bytes.endIndex - index }
 
     mutating func byte() throws(DecodeFailure) -> UInt8 {
-        guard position < bytes.count else { throw DecodeFailure(description: "truncated at byte \(position)") }
-        defer { position += 1 }
-        return bytes[position]
+        guard index < bytes.endIndex else { throw DecodeFailure(description: "truncated at byte \(position)") }
+        defer { index += 1 }
+        return bytes[index]
     }
 
     mutating func fixed64() throws(DecodeFailure) -> UInt64 {
         guard remaining >= 8 else { throw DecodeFailure(description: "truncated 64-bit integer at byte \(position)") }
         var value: UInt64 = 0
-        for i in 0..<8 { value = value << 8 | UInt64(bytes[position + i]) }
-        position += 8
+        for i in 0..<8 { value = value << 8 | UInt64(bytes[index + i]) }
+        index += 8
         return value
     }
 
@@ -93,20 +103,33 @@ struct ByteReader {
         guard count >= 0, remaining >= count else {
             throw DecodeFailure(description: "truncated: \(count) bytes wanted at byte \(position), \(remaining) left")
         }
-        defer { position += count }
-        return bytes[position..<position + count]
+        defer { index += count }
+        return bytes[index..<index + count]
     }
 
     mutating func string() throws(DecodeFailure) -> String {
+        let slice = try stringBytes()
+        guard let s = String(validating: slice, as: UTF8.self) else {
+            throw DecodeFailure(description: "invalid UTF-8 at byte \(position - slice.count)")
+        }
+        return s
+    }
+
+    /// Checks a string as ``string()`` would read it, without making it: ASCII (the common
+    /// case) in one pass, anything else by full UTF-8 validation.
+    mutating func skipString() throws(DecodeFailure) {
+        let slice = try stringBytes()
+        if !Bytes.isASCII(slice), String(validating: slice, as: UTF8.self) == nil {
+            throw DecodeFailure(description: "invalid UTF-8 at byte \(position - slice.count)")
+        }
+    }
+
+    private mutating func stringBytes() throws(DecodeFailure) -> ArraySlice<UInt8> {
         let count = try varint()
         guard count <= UInt64(remaining) else {
             throw DecodeFailure(description: "string of \(count) bytes overruns the buffer at byte \(position)")
         }
-        let slice = try raw(Int(count))
-        guard let s = String(validating: slice, as: UTF8.self) else {
-            throw DecodeFailure(description: "invalid UTF-8 at byte \(position - Int(count))")
-        }
-        return s
+        return try raw(Int(count))
     }
 
     func expectEnd() throws(DecodeFailure) {

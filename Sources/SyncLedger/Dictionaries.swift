@@ -34,7 +34,7 @@ extension Ledger {
         for (stream, _) in try streams(pool: pool) where stream.identity != Self.systemIdentity {
             guard samples.count < maxSamples else { break }
             guard let segment = try streamSegment(stream, after: 0, maxBytes: 1 << 20) else { continue }
-            for e in segment.entries.prefix(maxSamples - samples.count) { samples.append(Segment.entryBytes(e, feed: false, firstOfStream: false)) }
+            for e in segment.entries.prefix(maxSamples - samples.count) { samples.append(Segment(scope: segment.scope, entries: [e]).plainBytes()) }
         }
         guard samples.count >= 100 else {
             throw LedgerError(.invalidParameter, "pool \(pool) has \(samples.count) entries; a dictionary needs at least 100 to train on")

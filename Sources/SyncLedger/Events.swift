@@ -1,5 +1,6 @@
 public import Foundation
 import Crypto
+import LedgerStorage
 
 /// A point in time as milliseconds since 1970 (UTC), as stored in the log.
 public struct Timestamp: Hashable, Sendable, Comparable, CustomStringConvertible {
@@ -99,47 +100,78 @@ public struct LogEntry: Hashable, Sendable {
 
     /// Decodes a body written by ``encodeBody(offset:time:author:events:)``.
     static func decodeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String, events: [Event]) {
+        var events: [Event] = []
+        let (offset, time, author) = try walkBody(&reader) { event in events.append(event) }
+        return (offset, time, author ?? "", events)
+    }
+
+    /// The offset of a body, read without checking the rest of it (a stored body, passed
+    /// through).
+    static func peekOffset(_ reader: inout ByteReader) throws(DecodeFailure) -> UInt64 {
+        let version = try reader.byte()
+        guard version == bodyVersion else { throw DecodeFailure(description: "unknown entry body version \(version)") }
+        return try reader.varint()
+    }
+
+    /// Checks a body as ``decodeBody(_:)`` would decode it — the same checks, every string's
+    /// UTF-8 included — without making its strings and events. Returns its offset.
+    static func checkBody(_ reader: inout ByteReader) throws(DecodeFailure) -> UInt64 {
+        try walkBody(&reader, event: nil).offset
+    }
+
+    /// The one reader of the body format: with `event`, makes the author and every event;
+    /// without, only checks them.
+    private static func walkBody(_ reader: inout ByteReader, event: ((Event) -> Void)?) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String?) {
         let version = try reader.byte()
         guard version == bodyVersion else { throw DecodeFailure(description: "unknown entry body version \(version)") }
         let offset = try reader.varint()
+        guard offset >= 1 else { throw DecodeFailure(description: "offset 0") }
         let time = Timestamp(milliseconds: try reader.signed())
-        let author = try reader.string()
+        let make = event != nil
+        var author: String?
+        if make { author = try reader.string() } else { try reader.skipString() }
         let count = try reader.varint()
         guard count <= UInt64(reader.remaining) else { throw DecodeFailure(description: "event count \(count) exceeds the entry's size") }
-        var events: [Event] = []
-        events.reserveCapacity(Int(count))
         for _ in 0..<count {
             let kind = try reader.byte()
             switch kind {
             case 1, 4:
-                let key = try reader.string()
-                let value = try reader.string()
-                let device = kind == 4 ? Timestamp(milliseconds: try reader.signed()) : nil
-                events.append(.put(key: key, value: value, deviceModified: device))
+                if let event {
+                    let key = try reader.string()
+                    let value = try reader.string()
+                    let device = kind == 4 ? Timestamp(milliseconds: try reader.signed()) : nil
+                    event(.put(key: key, value: value, deviceModified: device))
+                } else {
+                    try reader.skipString()
+                    try reader.skipString()
+                    if kind == 4 { _ = try reader.signed() }
+                }
             case 2, 5:
-                let key = try reader.string()
-                let device = kind == 5 ? Timestamp(milliseconds: try reader.signed()) : nil
-                events.append(.remove(key: key, deviceModified: device))
+                if let event {
+                    let key = try reader.string()
+                    let device = kind == 5 ? Timestamp(milliseconds: try reader.signed()) : nil
+                    event(.remove(key: key, deviceModified: device))
+                } else {
+                    try reader.skipString()
+                    if kind == 5 { _ = try reader.signed() }
+                }
             case 3:
-                events.append(.deleteDataset)
+                event?(.deleteDataset)
             default:
                 throw DecodeFailure(description: "unknown event kind \(kind)")
             }
         }
-        guard offset >= 1 else { throw DecodeFailure(description: "offset 0") }
-        return (offset, time, author, events)
+        return (offset, time, author)
     }
 
     /// `SHA-256(previousHash ‖ len(name) ‖ name ‖ body)`.
+    static func chainHash(previous: [UInt8], stream: StreamName, body: ArraySlice<UInt8>) -> [UInt8] {
+        var hasher = ConcatenatingSHA256()
+        return hasher.digest(previous, lengthPrefixed: stream.key, body)
+    }
+
+    /// See ``chainHash(previous:stream:body:)-(_,_,ArraySlice<UInt8>)``.
     static func chainHash(previous: [UInt8], stream: StreamName, body: [UInt8]) -> [UInt8] {
-        var hasher = SHA256()
-        hasher.update(data: previous)
-        let name = stream.key
-        var w = ByteWriter(capacity: 4)
-        w.varint(UInt64(name.count))
-        hasher.update(data: w.bytes)
-        hasher.update(data: name)
-        hasher.update(data: body)
-        return Array(hasher.finalize())
+        chainHash(previous: previous, stream: stream, body: body[...])
     }
 }

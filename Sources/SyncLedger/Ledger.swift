@@ -237,14 +237,26 @@ public final class Ledger: Sendable {
     }
 
     /// Writes an entry whose view changes `view` holds: the log (an append), the index, the
-    /// stream head (and name, for a new stream) and the views. Every append goes through here.
+    /// stream head (and name, for a new stream) and the views. Every append goes through here,
+    /// or — a merge writing several entries of a stream — through its two halves.
     func store(_ txn: Transaction, _ entry: LogEntry, body: [UInt8], streamID id: UInt64, newStream: Bool, view: StoredDatasetView) throws {
+        try storeLog(txn, entry, body: body[...], streamID: id)
+        try storeHead(txn, entry, streamID: id, newStream: newStream, view: view)
+    }
+
+    /// The log append and the index entry of `entry`.
+    func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64) throws {
         var stored = ByteWriter(capacity: 40 + body.count)
         stored.fixed64(id)
         stored.raw(entry.hash)
         stored.raw(body)
         try txn.put(schema.log, key: .bigEndian(entry.sequence), value: stored.bytes, flags: .append)
         try txn.put(schema.index, key: Schema.indexKey(stream: id, offset: entry.offset), value: .bigEndian(entry.sequence))
+    }
+
+    /// The stream head after `entry` (its last stored entry), the name of a new stream, and the
+    /// view changes `view` collected.
+    func storeHead(_ txn: Transaction, _ entry: LogEntry, streamID id: UInt64, newStream: Bool, view: StoredDatasetView) throws {
         try txn.put(schema.streams, key: entry.stream.key, value: StreamHead(id: id, offset: entry.offset, hash: entry.hash).encoded())
         if newStream {
             try txn.put(schema.streamNames, key: .bigEndian(id), value: entry.stream.key)

@@ -50,19 +50,42 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
 }
 
 /// The name of one log stream: an identity's dataset.
+///
+/// Copies share one immutable storage object that also holds the storage key, so passing a
+/// name around costs one reference count and ``key`` costs nothing — the hot paths (segments,
+/// merge, the write path) handle a name per entry.
 public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertible {
+    private final class Storage: Sendable {
+        let pool: IdentityPoolID
+        let identity: IdentityID
+        let dataset: DatasetName
+        let key: [UInt8]
+
+        init(pool: IdentityPoolID, identity: IdentityID, dataset: DatasetName) {
+            self.pool = pool
+            self.identity = identity
+            self.dataset = dataset
+            var bytes = Array(pool.rawValue.utf8)
+            bytes.append(0)
+            bytes.append(contentsOf: identity.rawValue.utf8)
+            bytes.append(0)
+            bytes.append(contentsOf: dataset.rawValue.utf8)
+            key = bytes
+        }
+    }
+
+    private let storage: Storage
+
     /// The identity pool.
-    public let pool: IdentityPoolID
+    public var pool: IdentityPoolID { storage.pool }
     /// The identity that owns the dataset.
-    public let identity: IdentityID
+    public var identity: IdentityID { storage.identity }
     /// The dataset.
-    public let dataset: DatasetName
+    public var dataset: DatasetName { storage.dataset }
 
     /// A stream from already validated parts.
     public init(pool: IdentityPoolID, identity: IdentityID, dataset: DatasetName) {
-        self.pool = pool
-        self.identity = identity
-        self.dataset = dataset
+        storage = Storage(pool: pool, identity: identity, dataset: dataset)
     }
 
     /// Validates the three parts.
@@ -74,22 +97,24 @@ public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertibl
     /// `pool/identity/dataset`.
     public var description: String { "\(pool)/\(identity)/\(dataset)" }
 
+    public static func == (a: Self, b: Self) -> Bool { a.storage === b.storage || a.storage.key == b.storage.key }
+    public func hash(into hasher: inout Hasher) { hasher.combine(storage.key) }
     public static func < (a: Self, b: Self) -> Bool { a.key.lexicographicallyPrecedes(b.key) }
+
+    /// Whether `other` is this very value (the same storage), not only an equal one: a cheap
+    /// first test where names mostly come from one source.
+    func isSameInstance(as other: StreamName) -> Bool { storage === other.storage }
+
+    /// An identifier of this value's storage, equal for copies of it (see ``isSameInstance(as:)``).
+    var instanceID: ObjectIdentifier { ObjectIdentifier(storage) }
 
     /// The storage key and canonical form: the three UTF-8 names separated by NUL bytes
     /// (NUL appears in none of them), so keys of one identity and of one pool are prefixes.
-    var key: [UInt8] {
-        var bytes = Array(pool.rawValue.utf8)
-        bytes.append(0)
-        bytes.append(contentsOf: identity.rawValue.utf8)
-        bytes.append(0)
-        bytes.append(contentsOf: dataset.rawValue.utf8)
-        return bytes
-    }
+    var key: [UInt8] { storage.key }
 
     /// Parses ``key``.
-    init(key: [UInt8]) throws(LedgerError) {
-        let parts = key.split(separator: 0, omittingEmptySubsequences: false)
+    init(key: some Collection<UInt8>) throws(LedgerError) {
+        let parts = key.split(separator: 0, maxSplits: 3, omittingEmptySubsequences: false)
         guard parts.count == 3 else {
             throw LedgerError(.corruptData, "stream key of \(key.count) bytes has \(parts.count) parts, not 3")
         }
@@ -120,14 +145,23 @@ func quoted(_ s: String) -> String {
 
 /// `[\w-]+:[0-9a-f-]+`, 1–55 characters (Cognito's IdentityId and IdentityPoolId).
 private func validateCognitoID(_ s: String, what: String) throws(LedgerError) {
-    let utf8 = Array(s.utf8)
-    let rule = "\(what) \(quoted(s)) must match [\\w-]+:[0-9a-f-]+ and be 1-55 characters"
-    guard (1...55).contains(utf8.count), let colon = utf8.firstIndex(of: UInt8(ascii: ":")) else {
-        throw LedgerError(.invalidParameter, rule)
+    let utf8 = s.utf8
+    var valid = (1...55).contains(utf8.count)
+    var seenColon = false, regionLength = 0, idLength = 0
+    if valid {
+        for b in utf8 {
+            if seenColon {
+                guard (b >= 0x30 && b <= 0x39) || (b >= 0x61 && b <= 0x66) || b == UInt8(ascii: "-") else { valid = false; break }
+                idLength += 1
+            } else if b == UInt8(ascii: ":") {
+                seenColon = true
+            } else {
+                guard isWordByte(b) || b == UInt8(ascii: "-") else { valid = false; break }
+                regionLength += 1
+            }
+        }
     }
-    let region = utf8[..<colon]
-    let id = utf8[(colon + 1)...]
-    guard !region.isEmpty, region.allSatisfy({ isWordByte($0) || $0 == UInt8(ascii: "-") }),
-          !id.isEmpty, id.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || $0 == UInt8(ascii: "-") })
-    else { throw LedgerError(.invalidParameter, rule) }
+    guard valid, seenColon, regionLength > 0, idLength > 0 else {
+        throw LedgerError(.invalidParameter, "\(what) \(quoted(s)) must match [\\w-]+:[0-9a-f-]+ and be 1-55 characters")
+    }
 }

@@ -18,32 +18,39 @@ extension Ledger {
 
     /// The next segment of the change feed: entries after commit sequence `after`, up to about
     /// `maxBytes` of encoded entries (at least one entry). Nil when there is nothing after it.
+    ///
+    /// Entries are passed through as stored — body and hash — without decoding them.
     public func feedSegment(after sequence: UInt64, maxBytes: Int = 4 << 20, level: Int32 = 3) throws -> Segment? {
         var names: [UInt64: StreamName] = [:]
-        var lastHash: [StreamName: [UInt8]] = [:]  // per stream, within this segment
-        let (entries, _) = try collectSegmentEntries(maxBytes: maxBytes) { last in
-            let next = (last?.sequence ?? sequence) + 1
-            return try read { txn -> [Segment.Entry] in
-                var result: [Segment.Entry] = []
+        var lastHash: [UInt64: [UInt8]] = [:]  // per stream id, within this segment
+        let (entries, _) = try collectSegmentEntries(maxBytes: maxBytes) { entries, size in
+            let next = (entries.last?.sequence ?? sequence) + 1
+            return try read { txn -> Bool in
+                var taken = 0
                 try txn.withCursor(schema.log) { cursor in
                     var pair = try cursor.seek(atLeast: .bigEndian(next))
-                    while let current = pair, result.count < Self.scanBatch {
+                    while let current = pair, taken < Self.scanBatch, size < maxBytes {
                         let id = current.value.bigEndianUInt64()
-                        if names[id] == nil {
+                        let stream: StreamName
+                        if let known = names[id] {
+                            stream = known
+                        } else {
                             if names.count > 4096 { names.removeAll() }
-                            names[id] = try streamName(txn, id: id)
+                            stream = try streamName(txn, id: id)
+                            names[id] = stream
                         }
-                        let stream = names[id]!
-                        let e = try segmentEntry(current.value, sequence: current.key.bigEndianUInt64(), stream: stream, txn: txn) { offset in
-                            if let known = lastHash[stream] { return known }
-                            return offset > 1 ? try entryAt(txn, streamID: id, stream: stream, offset: offset - 1)?.hash ?? LogEntry.genesisHash : LogEntry.genesisHash
+                        let e = try segmentEntry(current.value, sequence: current.key.bigEndianUInt64(), stream: stream) { offset in
+                            if let known = lastHash[id] { return known }
+                            return try storedHash(txn, streamID: id, stream: stream, offset: offset - 1)
                         }
-                        lastHash[stream] = e.hash
-                        result.append(e)
+                        lastHash[id] = e.hash
+                        size += e.body.count + 48
+                        entries.append(e)
+                        taken += 1
                         pair = try cursor.next()
                     }
                 }
-                return result
+                return taken == Self.scanBatch
             }
         }
         return entries.isEmpty ? nil : Segment(scope: .feed, entries: entries, compressionLevel: level)
@@ -53,30 +60,32 @@ extension Ledger {
     /// `maxBytes`. Nil when the stream has nothing after that offset.
     public func streamSegment(_ stream: StreamName, after offset: UInt64, maxBytes: Int = 4 << 20, level: Int32 = 3) throws -> Segment? {
         var previous = LogEntry.genesisHash
-        let (entries, size) = try collectSegmentEntries(maxBytes: maxBytes) { last in
-            let next = (last?.entry.offset ?? offset) + 1
-            return try read { txn -> [Segment.Entry] in
-                guard let head = try head(txn, stream), head.offset >= next else { return [] }
-                if last == nil, next > 1 {
-                    previous = try entryAt(txn, streamID: head.id, stream: stream, offset: next - 1)?.hash ?? LogEntry.genesisHash
+        let (entries, size) = try collectSegmentEntries(maxBytes: maxBytes) { entries, size in
+            let next = (entries.last?.offset ?? offset) + 1
+            return try read { txn -> Bool in
+                guard let head = try head(txn, stream), head.offset >= next else { return false }
+                if entries.isEmpty {
+                    previous = try storedHash(txn, streamID: head.id, stream: stream, offset: next - 1)
                 }
-                var chain = last?.hash ?? previous
-                var result: [Segment.Entry] = []
+                var chain = entries.last?.hash ?? previous
+                var taken = 0
                 let prefix = [UInt8].bigEndian(head.id)
                 try txn.withCursor(schema.index) { cursor in
                     var pair = try cursor.seek(atLeast: Schema.indexKey(stream: head.id, offset: next))
-                    while let current = pair, current.key.starts(with: prefix), result.count < Self.scanBatch {
+                    while let current = pair, current.key.starts(with: prefix), taken < Self.scanBatch, size < maxBytes {
                         let sequence = current.value.bigEndianUInt64()
                         guard let bytes = try txn.get(schema.log, key: .bigEndian(sequence)) else {
                             throw LedgerError(.corruptData, "the index names sequence \(sequence), which the log lacks", stream: stream)
                         }
-                        let e = try segmentEntry(bytes, sequence: sequence, stream: stream, txn: txn) { _ in chain }
+                        let e = try segmentEntry(bytes, sequence: sequence, stream: stream) { _ in chain }
                         chain = e.hash
-                        result.append(e)
+                        size += e.body.count + 48
+                        entries.append(e)
+                        taken += 1
                         pair = try cursor.next()
                     }
                 }
-                return result
+                return taken == Self.scanBatch
             }
         }
         guard !entries.isEmpty else { return nil }
@@ -87,30 +96,42 @@ extension Ledger {
         return segment
     }
 
-    /// Gathers entries batch by batch — `fetch` gets the last entry taken (nil at first) and
-    /// returns up to ``scanBatch`` entries after it — until about `maxBytes` of bodies.
-    /// Returns the entries and their size.
-    private func collectSegmentEntries(maxBytes: Int, _ fetch: (Segment.Entry?) throws -> [Segment.Entry]) throws -> ([Segment.Entry], Int) {
+    /// Gathers entries in read transactions of at most ``scanBatch`` entries each, until about
+    /// `maxBytes` of bodies: `fetch` appends entries after the last one gathered (the first
+    /// call gets none), counts their size, stops at `maxBytes`, and says whether it stopped
+    /// only because its batch was full. Returns the entries and their size.
+    private func collectSegmentEntries(maxBytes: Int, _ fetch: (inout [Segment.Entry], inout Int) throws -> Bool) throws -> ([Segment.Entry], Int) {
         var entries: [Segment.Entry] = []
         var size = 0
-        while size < maxBytes {
-            let batch = try fetch(entries.last)
-            for e in batch {
-                entries.append(e)
-                size += e.body.count + 48
-                if size >= maxBytes { break }
-            }
-            guard batch.count == Self.scanBatch else { break }
-        }
+        while size < maxBytes, try fetch(&entries, &size) {}
         return (entries, size)
     }
 
-    private func segmentEntry(_ stored: [UInt8], sequence: UInt64, stream: StreamName, txn: Transaction, previous: (UInt64) throws -> [UInt8]) throws -> Segment.Entry {
-        let (entry, _) = try decodeEntry(stored, sequence: sequence, stream: stream, txn: txn)
-        return Segment.Entry(stream: stream, sequence: sequence, previous: try previous(entry.offset), hash: entry.hash, body: Array(stored[40...]), entry: entry)
+    /// A stored log value (`stream id ‖ hash ‖ body`) as a segment entry, passed through
+    /// without decoding the body: only its offset is read.
+    private func segmentEntry(_ stored: [UInt8], sequence: UInt64, stream: StreamName, previous: (UInt64) throws -> [UInt8]) throws -> Segment.Entry {
+        let offset: UInt64
+        do {
+            var reader = ByteReader(stored, position: 40)
+            offset = try LogEntry.peekOffset(&reader)
+        } catch {
+            throw LedgerError(.corruptData, "log entry at sequence \(sequence) does not decode: \(error)", stream: stream)
+        }
+        return Segment.Entry(stream: stream, sequence: sequence, offset: offset, previous: try previous(offset), hash: Array(stored[8..<40]), body: stored[40...])
     }
 
-    /// The stored hash of the entry at `offset` of a stream, or nil.
+    /// The stored hash of the entry at `offset` of a stream (``LogEntry/genesisHash`` for 0).
+    /// - Throws: `.corruptData` when the stream has no such entry.
+    func storedHash(_ txn: Transaction, streamID: UInt64, stream: StreamName, offset: UInt64) throws -> [UInt8] {
+        guard offset > 0 else { return LogEntry.genesisHash }
+        guard let seq = try txn.get(schema.index, key: Schema.indexKey(stream: streamID, offset: offset)),
+              let bytes = try txn.get(schema.log, key: .bigEndian(seq.bigEndianUInt64())), bytes.count >= 40 else {
+            throw LedgerError(.corruptData, "the log lacks the entry at this offset", stream: stream, offset: offset)
+        }
+        return Array(bytes[8..<40])
+    }
+
+    /// The stored entry at `offset` of a stream, or nil.
     func entryAt(_ txn: Transaction, streamID: UInt64, stream: StreamName, offset: UInt64) throws -> LogEntry? {
         guard let seq = try txn.get(schema.index, key: Schema.indexKey(stream: streamID, offset: offset)) else { return nil }
         guard let bytes = try txn.get(schema.log, key: .bigEndian(seq.bigEndianUInt64())) else {
@@ -160,58 +181,104 @@ extension Ledger {
     }
 
     func merge(_ segment: Segment, _ txn: Transaction) throws -> MergeReport {
-        // Pass 1, reads only: decide for every entry, so a refusal leaves nothing written.
-        var heads: [StreamName: (offset: UInt64, hash: [UInt8])] = [:]
+        /// One stream the segment touches: its stored head, and where pass 1 has taken it.
+        struct Target {
+            let stored: StreamHead?
+            var offset: UInt64
+            var hash: [UInt8]
+        }
+        var targets: [Target] = []
+        var byInstance: [ObjectIdentifier: Int] = [:]
+        var byName: [StreamName: Int] = [:]
+        var ordinals: [Int] = []
+        ordinals.reserveCapacity(segment.entries.count)
         var plan: [Bool] = []  // true: apply
+        plan.reserveCapacity(segment.entries.count)
         var report = MergeReport()
+
+        // Pass 1, reads only: decide for every entry, so a refusal leaves nothing written. An
+        // entry's own hash follows from its `previous` (see `Segment.Entry`), so chaining it
+        // to the local head is comparing `previous` with the head's hash.
         for (i, e) in segment.entries.enumerated() {
-            let head: (offset: UInt64, hash: [UInt8])
-            if let simulated = heads[e.stream] {
-                head = simulated
+            let t: Int
+            if let known = byInstance[e.stream.instanceID] {
+                t = known
+            } else if let known = byName[e.stream] {
+                t = known
+                byInstance[e.stream.instanceID] = t
             } else {
                 let stored = try self.head(txn, e.stream)
-                head = (stored?.offset ?? 0, stored?.hash ?? LogEntry.genesisHash)
+                t = targets.count
+                targets.append(Target(stored: stored, offset: stored?.offset ?? 0, hash: stored?.hash ?? LogEntry.genesisHash))
+                byName[e.stream] = t
+                byInstance[e.stream.instanceID] = t
             }
-            let offset = e.entry.offset
+            ordinals.append(t)
+            let head = targets[t]
+            let offset = e.offset
             func refuse(_ why: String) -> LedgerError {
                 LedgerError(.invalidParameter, "segment refused at entry \(i) (\(e.stream) offset \(offset)): \(why); nothing was applied", stream: e.stream, offset: offset)
             }
             if offset <= head.offset {
-                guard let stored = try self.head(txn, e.stream),
-                      let local = try entryAt(txn, streamID: stored.id, stream: e.stream, offset: offset) else {
-                    throw refuse("the local stream lacks that offset")
-                }
-                guard local.hash == e.hash else { throw refuse("the local entry at that offset differs: the histories diverged") }
+                // Already here? Only entries the ledger held before this merge can be: pass 1
+                // appends nothing, and offsets within the segment rise.
+                guard let stored = head.stored, offset <= stored.offset else { throw refuse("the local stream lacks that offset") }
+                let local = offset == stored.offset ? stored.hash : try storedHash(txn, streamID: stored.id, stream: e.stream, offset: offset)
+                guard local == e.hash else { throw refuse("the local entry at that offset differs: the histories diverged") }
                 plan.append(false)
                 report.skipped += 1
-                if heads[e.stream] == nil { heads[e.stream] = head }
                 continue
             }
             guard offset == head.offset + 1 else { throw refuse("a gap: the local head is at offset \(head.offset)") }
-            guard LogEntry.chainHash(previous: head.hash, stream: e.stream, body: e.body) == e.hash else {
+            guard e.previous == head.hash else {
                 throw refuse("it does not chain to the local entry at offset \(head.offset)")
             }
-            heads[e.stream] = (offset, e.hash)
+            targets[t].offset = offset
+            targets[t].hash = e.hash
             plan.append(true)
             report.applied += 1
         }
-        // Pass 2: append what is new.
-        for (e, apply) in zip(segment.entries, plan) where apply {
-            try appendExisting(txn, e)
-        }
         report.lastSourceSequence = segment.entries.last?.sequence ?? 0
+        guard report.applied > 0 else { return report }
+
+        // Pass 2: append what is new, each entry applied to its stream's view; every stream's
+        // head and view are written once, after its last entry.
+        var sequence = try nextSequence(txn)
+        var newStreamID: UInt64?
+        var writers: [StreamWriter?] = Array(repeating: nil, count: targets.count)
+        for (i, e) in segment.entries.enumerated() where plan[i] {
+            let t = ordinals[i]
+            if writers[t] == nil {
+                let id: UInt64
+                if let stored = targets[t].stored {
+                    id = stored.id
+                } else {
+                    id = try newStreamID ?? nextStreamID(txn)
+                    newStreamID = id + 1
+                }
+                writers[t] = StreamWriter(id: id, newStream: targets[t].stored == nil,
+                                          view: try StoredDatasetView(txn: txn, schema: schema, stream: e.stream, streamID: id))
+            }
+            let decoded = try e.entry
+            let entry = LogEntry(stream: e.stream, offset: e.offset, sequence: sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: e.hash)
+            try apply(entry, to: &writers[t]!.view)
+            try storeLog(txn, entry, body: e.body, streamID: writers[t]!.id)
+            writers[t]!.last = entry
+            sequence += 1
+        }
+        for writer in writers {
+            guard let writer, let last = writer.last else { continue }
+            try storeHead(txn, last, streamID: writer.id, newStream: writer.newStream, view: writer.view)
+        }
         return report
     }
 
-    /// Appends an entry made elsewhere (its offset, time, author, events and hash kept) with a
-    /// local commit sequence, and applies it to the views. The caller checked its chain.
-    func appendExisting(_ txn: Transaction, _ e: Segment.Entry) throws {
-        let existing = try head(txn, e.stream)
-        let id = try existing?.id ?? nextStreamID(txn)
-        let entry = LogEntry(stream: e.stream, offset: e.entry.offset, sequence: try nextSequence(txn), time: e.entry.time, author: e.entry.author, events: e.entry.events, hash: e.hash)
-        var view = try StoredDatasetView(txn: txn, schema: schema, stream: e.stream, streamID: id)
-        try apply(entry, to: &view)
-        try store(txn, entry, body: e.body, streamID: id, newStream: existing == nil, view: view)
+    /// A stream that a merge appends to: its local id and its view across the segment.
+    private struct StreamWriter {
+        let id: UInt64
+        let newStream: Bool
+        var view: StoredDatasetView
+        var last: LogEntry?
     }
 }
 
@@ -242,13 +309,13 @@ extension Ledger {
             throw LedgerError(.invalidParameter, "offline changes come as a non-empty stream segment")
         }
         try Self.requireUserIdentity(stream.identity)
-        let base = first.entry.offset - 1
+        let base = first.offset - 1
         // The device's last intent per key, in the order first touched.
         var order: [RecordKey] = []
         var final: [RecordKey: Event] = [:]
         var deletes = false
         for e in segment.entries {
-            for event in e.entry.events {
+            for event in try e.entry.events {
                 guard let key = event.key else { deletes = true; continue }
                 let k = RecordKey(key)
                 if final[k] == nil { order.append(k) }
@@ -262,7 +329,7 @@ extension Ledger {
                 _ = try self.merge(segment, txn)
                 var report = OfflineMergeReport()
                 report.fastForward = true
-                report.syncCount = segment.entries.last!.entry.offset
+                report.syncCount = segment.entries.last!.offset
                 let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: try self.head(txn, stream)!.id)
                 report.applied = try order.compactMap { k in try view.storedRecord(k.string).map { Record(key: k.string, state: $0) } }
                 return report

@@ -15,21 +15,52 @@ public struct Segment: Sendable, Equatable {
         case feed
     }
 
-    /// One entry as carried in a segment.
+    /// One entry as carried in a segment: its stream, offset and sequence, and its body
+    /// exactly as hashed. Entries are made only by ``Segment/decode(_:dictionaries:)`` (which
+    /// computes every hash from the previous one) and by a ledger's reads (its stored chain),
+    /// so ``hash`` always follows from ``previous``, ``stream`` and ``body``.
     public struct Entry: Sendable, Equatable {
         /// The stream it belongs to.
         public let stream: StreamName
         /// Its commit sequence in the ledger that wrote the segment.
         public let sequence: UInt64
+        /// Its offset in the stream (the dataset's sync count after it).
+        public let offset: UInt64
         /// The hash of the entry before it in its stream (zeros before offset 1).
         public let previous: [UInt8]
         /// Its hash (the chain link): `SHA-256(previous ‖ stream ‖ body)`, not carried on the
         /// wire but recomputed from ``previous`` and the body.
         public let hash: [UInt8]
-        /// The canonical body (offset, time, author, events) exactly as hashed.
-        public let body: [UInt8]
-        /// The decoded entry.
-        public let entry: LogEntry
+        /// The canonical body (offset, time, author, events) exactly as hashed — a slice of the
+        /// buffer it was read from, which it keeps alive.
+        public let body: ArraySlice<UInt8>
+
+        init(stream: StreamName, sequence: UInt64, offset: UInt64, previous: [UInt8], hash: [UInt8], body: ArraySlice<UInt8>) {
+            self.stream = stream
+            self.sequence = sequence
+            self.offset = offset
+            self.previous = previous
+            self.hash = hash
+            self.body = body
+        }
+
+        /// The decoded entry (time, author, events), made from ``body`` on each call; its
+        /// ``LogEntry/sequence`` is the one in the ledger that wrote the segment.
+        ///
+        /// - Throws: ``LedgerError`` `.corruptData` when the body does not decode — possible
+        ///   only for an entry read from a damaged ledger, as decoding a segment checks every body.
+        public var entry: LogEntry {
+            get throws {
+                var reader = ByteReader(body)
+                do {
+                    let decoded = try LogEntry.decodeBody(&reader)
+                    try reader.expectEnd()
+                    return LogEntry(stream: stream, offset: decoded.offset, sequence: sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: hash)
+                } catch {
+                    throw LedgerError(.corruptData, "the body of the entry at sequence \(sequence) does not decode: \(error)", stream: stream, offset: offset)
+                }
+            }
+        }
     }
 
     /// The file format version this code reads and writes.
@@ -64,47 +95,87 @@ public struct Segment: Sendable, Equatable {
         a.scope == b.scope && a.previousHash == b.previousHash && a.entries == b.entries
     }
 
-    /// An entry's wire form. Hashes are not carried — each one follows from the previous hash
-    /// and the body — so a segment holds no incompressible bytes but the bodies' own. A stream
-    /// segment's entries are `seq, body`; a feed segment's name their stream and, the first
-    /// time a stream appears, the hash before that entry.
-    static func entryBytes(_ e: Entry, feed: Bool, firstOfStream: Bool, lastOfStream: Bool = false) -> [UInt8] {
-        var w = ByteWriter(capacity: e.body.count + 96)
-        if feed {
-            let name = e.stream.key
-            w.varint(UInt64(name.count))
-            w.raw(name)
-            w.byte((firstOfStream ? 1 : 0) | (lastOfStream ? 2 : 0))
-            if firstOfStream { w.raw(e.previous) }
-            if lastOfStream { w.raw(e.hash) }  // the anchor its recomputed chain must reach
+    /// The entries' wire form, concatenated: the bytes that get compressed. Hashes are not
+    /// carried — each one follows from the previous hash and the body — so a segment holds no
+    /// incompressible bytes but the bodies' own. A stream segment's entries are `seq, body`; a
+    /// feed segment's also name their stream, carry the hash before the stream's first entry
+    /// in the segment and the hash of its last (the anchor its recomputed chain must reach).
+    func plainBytes() -> [UInt8] {
+        var plain = ByteWriter(capacity: 0)
+        guard case .feed = scope else {
+            var size = 0
+            for i in entries.indices { size += entries[i].body.count + 12 }
+            plain.bytes.reserveCapacity(size)
+            for i in entries.indices {
+                plain.varint(entries[i].sequence)
+                plain.varint(UInt64(entries[i].body.count))
+                plain.raw(entries[i].body)
+            }
+            return plain.bytes
         }
-        w.varint(e.sequence)
-        w.varint(UInt64(e.body.count))
-        w.raw(e.body)
-        return w.bytes
+        // Number the streams (entries of one stream mostly share one `StreamName` instance, so
+        // the name itself is hashed once per instance) and find each stream's last entry.
+        var byInstance: [ObjectIdentifier: Int] = [:]
+        var byName: [StreamName: Int] = [:]
+        var ordinals = [Int](repeating: 0, count: entries.count)
+        var lastEntry: [Int] = []
+        var size = 0
+        for i in entries.indices {
+            let id = entries[i].stream.instanceID
+            let ordinal: Int
+            if let known = byInstance[id] {
+                ordinal = known
+            } else {
+                let stream = entries[i].stream
+                if let known = byName[stream] {
+                    ordinal = known
+                } else {
+                    ordinal = lastEntry.count
+                    byName[stream] = ordinal
+                    lastEntry.append(0)
+                }
+                byInstance[id] = ordinal
+            }
+            ordinals[i] = ordinal
+            lastEntry[ordinal] = i
+            size += entries[i].body.count + entries[i].stream.key.count + 16
+        }
+        plain.bytes.reserveCapacity(size + lastEntry.count * 64)
+        var seen = [Bool](repeating: false, count: lastEntry.count)
+        for i in entries.indices {
+            let ordinal = ordinals[i]
+            let first = !seen[ordinal], last = lastEntry[ordinal] == i
+            seen[ordinal] = true
+            let key = entries[i].stream.key
+            plain.varint(UInt64(key.count))
+            plain.raw(key)
+            plain.byte((first ? 1 : 0) | (last ? 2 : 0))
+            if first { plain.raw(entries[i].previous) }
+            if last { plain.raw(entries[i].hash) }
+            plain.varint(entries[i].sequence)
+            plain.varint(UInt64(entries[i].body.count))
+            plain.raw(entries[i].body)
+        }
+        return plain.bytes
     }
+
+    /// The size of the entries' wire form before compression: the payload a segment carries.
+    public var payloadSize: Int { plainBytes().count }
 
     /// The file bytes: header, zstd-compressed entries, SHA-256 of everything before it.
     public func encoded() throws -> [UInt8] {
-        var plain = ByteWriter(capacity: entries.reduce(0) { $0 + $1.body.count + 80 })
-        var seen = Set<StreamName>()
-        let isFeed = scope == .feed
-        var lastIndex: [StreamName: Int] = [:]
-        if isFeed { for (i, e) in entries.enumerated() { lastIndex[e.stream] = i } }
-        for (i, e) in entries.enumerated() {
-            plain.raw(Self.entryBytes(e, feed: isFeed, firstOfStream: seen.insert(e.stream).inserted, lastOfStream: lastIndex[e.stream] == i))
-        }
+        let plain = plainBytes()
         let compressed: [UInt8]
         do {
             if let dictionary {
-                compressed = try Zstd.compress(plain.bytes, level: compressionLevel, dictionary: dictionary.bytes)
+                compressed = try Zstd.compress(plain, level: compressionLevel, dictionary: dictionary.bytes)
             } else {
-                compressed = try Zstd.compress(plain.bytes, level: compressionLevel)
+                compressed = try Zstd.compress(plain, level: compressionLevel)
             }
         } catch {
             throw LedgerError(.storage, "zstd could not compress a segment: \(error)", underlying: error)
         }
-        var w = ByteWriter(capacity: compressed.count + 200)
+        var w = ByteWriter(capacity: compressed.count + 200 + 32)
         w.raw(Self.magic)
         w.byte(UInt8(Self.formatVersion >> 8)); w.byte(UInt8(Self.formatVersion & 0xFF))
         let name: [UInt8]
@@ -114,19 +185,19 @@ public struct Segment: Sendable, Equatable {
         }
         w.byte(UInt8(bitPattern: Int8(clamping: compressionLevel)))
         w.fixed64(UInt64(dictionary?.id ?? 0))  // dictionary id (0: none), 8 bytes
-        w.fixed64(entries.first?.entry.offset ?? 0)
-        w.fixed64(entries.last?.entry.offset ?? 0)
+        w.fixed64(entries.first?.offset ?? 0)
+        w.fixed64(entries.last?.offset ?? 0)
         w.fixed64(entries.first?.sequence ?? 0)
         w.fixed64(entries.last?.sequence ?? 0)
         w.fixed64(UInt64(entries.count))
-        w.fixed64(UInt64(plain.bytes.count))
+        w.fixed64(UInt64(plain.count))
         w.fixed64(UInt64(compressed.count))
         w.byte(UInt8(name.count >> 8)); w.byte(UInt8(name.count & 0xFF))
         w.raw(name)
         w.raw(previousHash)
         w.raw(entries.last?.hash ?? previousHash)
         w.raw(compressed)
-        w.raw(SHA256.hash(data: w.bytes))
+        w.raw(ConcatenatingSHA256.digest(w.bytes[...]))
         return w.bytes
     }
 
@@ -143,12 +214,12 @@ public struct Segment: Sendable, Equatable {
     public static func decode(_ bytes: [UInt8], dictionaries: (UInt32) -> [UInt8]? = { _ in nil }) throws -> Segment {
         func fail(_ message: String) -> LedgerError { LedgerError(.invalidParameter, "segment refused: \(message)") }
         guard bytes.count >= magic.count + 100 + 32 else { throw fail("truncated: \(bytes.count) bytes is shorter than any segment") }
-        guard Array(bytes.prefix(magic.count)) == magic else { throw fail("not a SyncLedger segment (bad magic)") }
-        let body = bytes.prefix(bytes.count - 32)
-        guard Array(SHA256.hash(data: body)) == Array(bytes.suffix(32)) else {
+        guard bytes.prefix(magic.count).elementsEqual(magic) else { throw fail("not a SyncLedger segment (bad magic)") }
+        let body = bytes[..<(bytes.count - 32)]
+        guard ConcatenatingSHA256.digest(body).elementsEqual(bytes.suffix(32)) else {
             throw fail("checksum mismatch: the file is damaged or truncated")
         }
-        var r = ByteReader(Array(body), position: magic.count)
+        var r = ByteReader(body, position: magic.count)
         do {
             let version = UInt16(try r.byte()) << 8 | UInt16(try r.byte())
             guard version == formatVersion else {
@@ -176,6 +247,8 @@ public struct Segment: Sendable, Equatable {
                 throw fail("the header says \(compressedSize) compressed bytes, the file holds \(r.remaining)")
             }
             guard plainSize <= maxUncompressedSize else { throw fail("declares \(plainSize) uncompressed bytes, over the limit \(maxUncompressedSize)") }
+            // Every entry takes at least two bytes (a sequence and a body length).
+            guard count <= plainSize / 2 + 1 else { throw fail("declares \(count) entries in \(plainSize) bytes") }
             let scope: Scope
             switch scopeKind {
             case 1:
@@ -187,7 +260,7 @@ public struct Segment: Sendable, Equatable {
             }
             let plain: [UInt8]
             do {
-                let frame = Array(try r.raw(r.remaining))
+                let frame = try r.raw(r.remaining)
                 plain = try dictionary.map { try Zstd.decompress(frame, limit: Int(plainSize), dictionary: $0) } ?? Zstd.decompress(frame, limit: Int(plainSize))
             } catch let error as LedgerError {
                 throw error
@@ -195,70 +268,13 @@ public struct Segment: Sendable, Equatable {
                 throw fail("the compressed entries do not decompress: \(error)")
             }
             guard plain.count == Int(plainSize) else { throw fail("decompressed to \(plain.count) bytes, the header says \(plainSize)") }
-            var er = ByteReader(plain)
-            var entries: [Entry] = []
-            var heads: [StreamName: (offset: UInt64?, hash: [UInt8])] = [:]
-            if case .stream(let s) = scope { heads[s] = (firstOffset &- 1, previous) }
-            var anchored = Set<StreamName>()
-            var anchor: [UInt8]?
-            while !er.isAtEnd {
-                guard UInt64(entries.count) < count else { throw fail("holds more entries than the \(count) its header says") }
-                let index = entries.count
-                let stream: StreamName
-                if case .stream(let s) = scope {
-                    stream = s
-                } else {
-                    let keyLength = try er.varint()
-                    guard keyLength <= 512 else { throw fail("entry \(index): stream name of \(keyLength) bytes") }
-                    do { stream = try StreamName(key: Array(try er.raw(Int(keyLength)))) } catch { throw fail("entry \(index): bad stream name") }
-                    let flags = try er.byte()
-                    guard flags & ~3 == 0, !anchored.contains(stream) else { throw fail("entry \(index): bad flags, or \(stream) goes on after its last entry") }
-                    switch (flags & 1, heads[stream]) {
-                    case (1, nil): heads[stream] = (nil, Array(try er.raw(32)))
-                    case (0, .some): break
-                    default: throw fail("entry \(index): the previous hash of \(stream) is missing or repeated")
-                    }
-                    if flags & 2 != 0 {
-                        anchor = Array(try er.raw(32))
-                        anchored.insert(stream)
-                    }
-                }
-                let sequence = try er.varint()
-                if let last = entries.last, sequence <= last.sequence {
-                    throw fail("entry \(index): commit sequence \(sequence) does not follow \(last.sequence)")
-                }
-                let bodyLength = try er.varint()
-                guard bodyLength <= UInt64(er.remaining) else { throw fail("entry \(index): body overruns the segment") }
-                let entryBody = Array(try er.raw(Int(bodyLength)))
-                var br = ByteReader(entryBody)
-                let decoded = try LogEntry.decodeBody(&br)
-                try br.expectEnd()
-                let head = heads[stream]!
-                if let offset = head.offset, decoded.offset != offset &+ 1 {
-                    throw fail("entry \(index) of \(stream) has offset \(decoded.offset) after \(offset): a gap")
-                }
-                if decoded.offset == 1, head.hash != LogEntry.genesisHash {
-                    throw fail("entry \(index) (\(stream) offset 1) does not start from the empty chain")
-                }
-                let hash = LogEntry.chainHash(previous: head.hash, stream: stream, body: entryBody)
-                if let expected = anchor {
-                    guard expected == hash else { throw fail("entry \(index) (\(stream) offset \(decoded.offset)): the hash chain breaks") }
-                    anchor = nil
-                }
-                heads[stream] = (decoded.offset, hash)
-                let entry = LogEntry(stream: stream, offset: decoded.offset, sequence: sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: hash)
-                entries.append(Entry(stream: stream, sequence: sequence, previous: head.hash, hash: hash, body: entryBody, entry: entry))
-            }
-            guard UInt64(entries.count) == count else { throw fail("holds \(entries.count) entries; its header says \(count)") }
-            if case .feed = scope, anchored.count != heads.count {
-                throw fail("a stream's chain in it has no anchoring last hash")
-            }
+            let entries = try decodeEntries(plain, scope: scope, previous: previous, firstOffset: firstOffset, count: count, fail: fail)
             guard (entries.last?.hash ?? previous) == lastHash else {
                 throw fail("the hash chain of its entries does not end at the hash its header names")
             }
             if let first = entries.first, let last = entries.last {
                 guard first.sequence == firstSequence, last.sequence == lastSequence else { throw fail("the sequence range in the header does not match its entries") }
-                guard first.entry.offset == firstOffset, last.entry.offset == lastOffset else {
+                guard first.offset == firstOffset, last.offset == lastOffset else {
                     throw fail("the offset range in the header does not match its entries")
                 }
             }
@@ -270,5 +286,87 @@ public struct Segment: Sendable, Equatable {
         } catch let failure as DecodeFailure {
             throw fail("malformed: \(failure)")
         }
+    }
+
+    /// Reads the decompressed entries: framing, every body (checked, not decoded), and every
+    /// hash chain, recomputed from the previous hash (a stream segment's first entry from the
+    /// header's) and checked against the anchors it carries.
+    private static func decodeEntries(_ plain: [UInt8], scope: Scope, previous: [UInt8], firstOffset: UInt64, count: UInt64,
+                                      fail: (String) -> LedgerError) throws -> [Entry] {
+        /// What is known of one stream of the segment while reading it.
+        struct Chain {
+            let stream: StreamName
+            var offset: UInt64?
+            var hash: [UInt8]
+            var anchored = false
+        }
+        var er = ByteReader(plain)
+        var entries: [Entry] = []
+        entries.reserveCapacity(min(Int(count), plain.count / 7))
+        var chains: [Chain] = []
+        var chainOfKey: [ByteKey: Int] = [:]
+        if case .stream(let s) = scope { chains.append(Chain(stream: s, offset: firstOffset &- 1, hash: previous)) }
+        var anchor: [UInt8]?
+        var hasher = ConcatenatingSHA256()
+        var lastSequence: UInt64?
+        while !er.isAtEnd {
+            guard UInt64(entries.count) < count else { throw fail("holds more entries than the \(count) its header says") }
+            let index = entries.count
+            var c = 0
+            if case .feed = scope {
+                let keyLength = try er.varint()
+                guard keyLength <= 512 else { throw fail("entry \(index): stream name of \(keyLength) bytes") }
+                let key = try er.raw(Int(keyLength))
+                let flags = try er.byte()
+                guard flags & ~3 == 0 else { throw fail("entry \(index): bad flags \(flags)") }
+                if let known = chainOfKey[ByteKey(key)] {
+                    c = known
+                    guard flags & 1 == 0 else { throw fail("entry \(index): the previous hash of \(chains[c].stream) is repeated") }
+                    guard !chains[c].anchored else { throw fail("entry \(index): \(chains[c].stream) goes on after its last entry") }
+                } else {
+                    let stream: StreamName
+                    do { stream = try StreamName(key: key) } catch { throw fail("entry \(index): bad stream name") }
+                    guard flags & 1 != 0 else { throw fail("entry \(index): the previous hash of \(stream) is missing") }
+                    c = chains.count
+                    chains.append(Chain(stream: stream, offset: nil, hash: Array(try er.raw(32))))
+                    chainOfKey[ByteKey(key)] = c
+                }
+                if flags & 2 != 0 {
+                    anchor = Array(try er.raw(32))
+                    chains[c].anchored = true
+                }
+            }
+            let sequence = try er.varint()
+            if let last = lastSequence, sequence <= last {
+                throw fail("entry \(index): commit sequence \(sequence) does not follow \(last)")
+            }
+            lastSequence = sequence
+            let bodyLength = try er.varint()
+            guard bodyLength <= UInt64(er.remaining) else { throw fail("entry \(index): body overruns the segment") }
+            let entryBody = try er.raw(Int(bodyLength))
+            var br = ByteReader(entryBody)
+            let offset = try LogEntry.checkBody(&br)
+            try br.expectEnd()
+            let chain = chains[c]
+            if let head = chain.offset, offset != head &+ 1 {
+                throw fail("entry \(index) of \(chain.stream) has offset \(offset) after \(head): a gap")
+            }
+            if offset == 1, chain.hash != LogEntry.genesisHash {
+                throw fail("entry \(index) (\(chain.stream) offset 1) does not start from the empty chain")
+            }
+            let hash = hasher.digest(chain.hash, lengthPrefixed: chain.stream.key, entryBody)
+            if let expected = anchor {
+                guard expected == hash else { throw fail("entry \(index) (\(chain.stream) offset \(offset)): the hash chain breaks") }
+                anchor = nil
+            }
+            entries.append(Entry(stream: chain.stream, sequence: sequence, offset: offset, previous: chain.hash, hash: hash, body: entryBody))
+            chains[c].offset = offset
+            chains[c].hash = hash
+        }
+        guard UInt64(entries.count) == count else { throw fail("holds \(entries.count) entries; its header says \(count)") }
+        if case .feed = scope, chains.contains(where: { !$0.anchored }) {
+            throw fail("a stream's chain in it has no anchoring last hash")
+        }
+        return entries
     }
 }

@@ -61,9 +61,9 @@ struct Export: AsyncParsableCommand {
             let encoded = try segment.encoded()
             let name = target == nil
                 ? String(format: "feed-%016llu-%016llu.slseg", first.sequence, last.sequence)
-                : String(format: "stream-%016llu-%016llu.slseg", first.entry.offset, last.entry.offset)
+                : String(format: "stream-%016llu-%016llu.slseg", first.offset, last.offset)
             try Data(encoded).write(to: URL(fileURLWithPath: out).appendingPathComponent(name))
-            position = target == nil ? last.sequence : last.entry.offset
+            position = target == nil ? last.sequence : last.offset
             entries += UInt64(segment.entries.count)
             bytes += UInt64(encoded.count)
             files += 1

@@ -91,6 +91,26 @@ struct Model {
             try compare(ledger, model, streams)
             let report = try ledger.verify()
             #expect(report.isValid, "\(report)")
+
+            // A merge writes each stream's views once per segment, after applying all of its
+            // entries: the whole feed in one segment (many entries per stream, deletes among
+            // them) and in two pieces must both give the leader's state, view bytes included.
+            let feed = try #require(try ledger.feedSegment(after: 0, maxBytes: 64 << 20))
+            let half = feed.entries.count / 2
+            let pieces = [[feed], [Segment(scope: .feed, entries: Array(feed.entries[..<half])), Segment(scope: .feed, entries: Array(feed.entries[half...]))]]
+            for segments in pieces {
+                try await withLedger(options) { follower in
+                    for segment in segments {
+                        let merged = try await follower.merge(bytes: try segment.encoded())
+                        #expect(merged.applied == segment.entries.count)
+                    }
+                    try compare(follower, model, streams)
+                    #expect(try follower.digest() == ledger.digest())
+                    #expect(try follower.verify().isValid)
+                    let followerViews = try follower.viewContents()
+                    #expect(followerViews.map { $0.map(\.value) } == rebuilt.map { $0.map(\.value) }, "merged view bytes differ from the leader's")
+                }
+            }
         }
     }
 

@@ -81,7 +81,7 @@ final class ExportBuildFixture: MeasuredFixture {
             var after: UInt64 = 0
             while let segment = try ledger.feedSegment(after: after, maxBytes: ExportSource.segmentBytes) {
                 for e in segment.entries {
-                    pending.append(contentsOf: builder.puts(for: e.entry, body: e.body))
+                    pending.append(contentsOf: builder.puts(for: try e.entry, body: Array(e.body)))
                     inGroup += 1
                     if inGroup == groupSize {
                         try environment.write { txn in try databases.apply(pending, in: txn) }

@@ -60,7 +60,7 @@ final class RawMergeFixture: MeasuredFixture {
         artifact = try await FeedSource.artifact()
         let segments = try FeedSource.mergeSegments(artifact)
         var builder = RawPutBuilder()
-        batches = segments.map { segment in segment.entries.flatMap { builder.puts(for: $0.entry, body: $0.body) } }
+        batches = try segments.map { segment in try segment.entries.flatMap { builder.puts(for: try $0.entry, body: Array($0.body)) } }
         entriesPerBatch = segments.map(\.entries.count)
         directory = try makeScratchDirectory("merge-raw")
         var options = EnvironmentOptions()
@@ -116,16 +116,17 @@ final class SQLiteMergeFixture: MeasuredFixture {
         artifact = try await FeedSource.artifact()
         let segments = try FeedSource.mergeSegments(artifact)
         var names: [StreamName: String] = [:]
-        batches = segments.map { segment in
-            segment.entries.flatMap { e -> [Row] in
+        batches = try segments.map { segment in
+            try segment.entries.flatMap { e -> [Row] in
+                let entry = try e.entry
                 let stream = names[e.stream] ?? e.stream.description
                 names[e.stream] = stream
-                return e.entry.events.compactMap { event -> Row? in
+                return entry.events.compactMap { event -> Row? in
                     switch event {
                     case .put(let key, let value, _):
-                        Row(stream: stream, syncCount: Int64(e.entry.offset), time: e.entry.time.milliseconds, author: e.entry.author, hash: e.hash, key: key, value: value)
+                        Row(stream: stream, syncCount: Int64(entry.offset), time: entry.time.milliseconds, author: entry.author, hash: e.hash, key: key, value: value)
                     case .remove(let key, _):
-                        Row(stream: stream, syncCount: Int64(e.entry.offset), time: e.entry.time.milliseconds, author: e.entry.author, hash: e.hash, key: key, value: nil)
+                        Row(stream: stream, syncCount: Int64(entry.offset), time: entry.time.milliseconds, author: entry.author, hash: e.hash, key: key, value: nil)
                     case .deleteDataset:
                         nil
                     }

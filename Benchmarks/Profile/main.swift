@@ -1,0 +1,76 @@
+import BenchSupport
+import Foundation
+import LedgerStorage
+import SyncLedger
+
+// Scratch profiler: one phase in a loop, for perf record.
+let phase = CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : "all"
+let rounds = CommandLine.arguments.count > 2 ? Int(CommandLine.arguments[2])! : 20
+let dir = "/tmp/slprof-source"
+let exists = FileManager.default.fileExists(atPath: dir)
+var options = LedgerOptions(); options.durable = false; options.initialMapSize = 1 << 30
+let ledger: Ledger
+if exists {
+    ledger = try Ledger(directory: dir, options: options)
+} else {
+    ledger = try await buildSourceLedger(directory: dir, spec: SourceSpec(entries: 50_000, streams: 64)).ledger
+}
+func time(_ name: String, _ n: Int, _ body: () async throws -> Int) async rethrows {
+    let start = ContinuousClock.now
+    var bytes = 0
+    for _ in 0..<n { bytes += try await body() }
+    let s = Double((ContinuousClock.now - start).components.attoseconds) / 1e18 + Double((ContinuousClock.now - start).components.seconds)
+    print(name, String(format: "%.2f ms/iter  %.1f MB/s", s * 1000 / Double(n), Double(bytes) / s / 1e6))
+}
+let seg = try ledger.feedSegment(after: 0)!
+let enc = try seg.encoded()
+let plainSize = Int(try Segment.decode(enc).uncompressedSize)
+print("entries", seg.entries.count, "plain", plainSize, "compressed", enc.count)
+if phase == "all" || phase == "pull" {
+    let pullEnc = try ledger.feedSegment(after: 16_000, level: 1)!.encoded()
+    let pullSeg = try Segment.decode(pullEnc)
+    let pullFrame = pullEnc[(pullEnc.count - 32 - Int(pullSeg.compressedSize))..<(pullEnc.count - 32)]
+    let pullPlain = try Zstd.decompress(pullFrame, limit: Int(pullSeg.uncompressedSize))
+    try await time("raw zstd1 (pull plain)", rounds) { _ = try Zstd.compress(pullPlain, level: 1); return pullPlain.count }
+    try await time("pull L1", rounds) { let s = try ledger.feedSegment(after: 16_000, level: 1)!; return try s.encoded().count * 0 + pullPlain.count }
+}
+if phase == "all" || phase == "encode" {
+    try await time("encode", rounds) { _ = try seg.encoded(); return plainSize }
+    let frame = Array(enc[(enc.count - 32 - Int(try Segment.decode(enc).compressedSize))..<(enc.count - 32)])
+    let plain = try Zstd.decompress(frame, limit: plainSize)
+    try await time("raw zstd3", rounds) { _ = try Zstd.compress(plain, level: 3); return plainSize }
+    try await time("raw unzstd", rounds) { _ = try Zstd.decompress(frame, limit: plainSize); return plainSize }
+}
+if phase == "all" || phase == "decode" {
+    let decodedSeg = try Segment.decode(enc)
+    try await time("sha chain only", rounds) {
+        var h = ConcatenatingSHA256()
+        for e in decodedSeg.entries { _ = h.digest(e.previous, lengthPrefixed: Array(e.stream.description.utf8), e.body) }
+        return plainSize
+    }
+    let keyBytes = decodedSeg.entries.map { Array($0.stream.description.utf8) }
+    try await time("sha chain, keys ready", rounds) {
+        var h = ConcatenatingSHA256()
+        for (i, e) in decodedSeg.entries.enumerated() { _ = h.digest(e.previous, lengthPrefixed: keyBytes[i], e.body) }
+        return plainSize
+    }
+    let blob = [UInt8](repeating: 7, count: 380)
+    try await time("sha 19172 x 380B one-shot", rounds) {
+        for _ in 0..<19172 { _ = ConcatenatingSHA256.digest(blob[...]) }
+        return plainSize
+    }
+    try await time("decode", rounds) { _ = try Segment.decode(enc); return plainSize }
+}
+if phase == "all" || phase == "merge" {
+    let all = try ledger.feedSegment(after: 0, maxBytes: 256 << 20)!
+    let segs = stride(from: 0, to: 48_000, by: 1000).map { Segment(scope: .feed, entries: Array(all.entries[$0..<$0 + 1000])) }
+    for r in 0..<max(1, rounds / 10) {
+        let mdir = "/tmp/slprof-merge-\(r)"
+        try? FileManager.default.removeItem(atPath: mdir)
+        let target = try Ledger(directory: mdir, options: options)
+        try await time("merge 48k", 1) { for s in segs { _ = try await target.merge(s) }; return 48_000 }
+        target.close()
+        try? FileManager.default.removeItem(atPath: mdir)
+    }
+}
+ledger.close()
