@@ -22,6 +22,21 @@ let ledgerProducts: [Target.Dependency] = [
 ///
 /// Each benchmark target lives in `Benchmarks/<Name>/` and is an executable target using the
 /// `BenchmarkPlugin`, as ordo-one/benchmark expects. Code they share lives in `Support/`.
+/// Not a benchmark: `Profile` runs one replication phase (pull, encode, decode, merge) in a loop
+/// for `perf record` (see tools/profile). The benchmark plugin would try to run every executable
+/// target as a benchmark, so it is only declared when SYNCLEDGER_PROFILE is set.
+let profileTargets: [Target] = Context.environment["SYNCLEDGER_PROFILE"] == nil ? [] : [
+    .executableTarget(
+        name: "Profile",
+        dependencies: [
+            .product(name: "SyncLedger", package: ledgerPackage),
+            .product(name: "LedgerStorage", package: ledgerPackage),
+            "BenchSupport",
+        ],
+        path: "Profile"
+    ),
+]
+
 let package = Package(
     name: "SyncLedgerBenchmarks",
     platforms: [.macOS(.v15)],
@@ -71,17 +86,6 @@ let package = Package(
                 .plugin(name: "BenchmarkPlugin", package: "benchmark"),
             ]
         ),
-        // Not a benchmark: one replication phase (pull, encode, decode, merge) in a loop, for
-        // `perf record` (see tools/profile).
-        .executableTarget(
-            name: "Profile",
-            dependencies: [
-                .product(name: "SyncLedger", package: ledgerPackage),
-                .product(name: "LedgerStorage", package: ledgerPackage),
-                "BenchSupport",
-            ],
-            path: "Profile"
-        ),
         // Reads: listRecords after N, replay of a long stream.
         .executableTarget(
             name: "Reads",
@@ -92,5 +96,5 @@ let package = Package(
                 .plugin(name: "BenchmarkPlugin", package: "benchmark"),
             ]
         ),
-    ]
+    ] + profileTargets
 )

@@ -36,6 +36,9 @@ if phase == "all" || phase == "pull" {
 }
 if phase == "all" || phase == "encode" {
     try await time("encode", rounds) { _ = try seg.encoded(); return plainSize }
+    try await time("encode again", rounds) { _ = try seg.encoded(); return plainSize }
+    let decodedForEncode = try Segment.decode(enc)
+    try await time("encode decoded", rounds) { _ = try decodedForEncode.encoded(); return plainSize }
     let frame = Array(enc[(enc.count - 32 - Int(try Segment.decode(enc).compressedSize))..<(enc.count - 32)])
     let plain = try Zstd.decompress(frame, limit: plainSize)
     try await time("raw zstd3", rounds) { _ = try Zstd.compress(plain, level: 3); return plainSize }

@@ -19,6 +19,15 @@ extension Hasher {
         bytes.withUnsafeBytes { combine(bytes: $0) }
     }
 
+    /// Feeds the UTF-8 bytes of `string` (and their count) in one call.
+    public mutating func combine(utf8Of string: String) {
+        var s = string
+        s.withUTF8 { utf8 in
+            combine(utf8.count)
+            combine(bytes: UnsafeRawBufferPointer(utf8))
+        }
+    }
+
     /// See ``combine(contentsOf:)-(ArraySlice<UInt8>)``.
     @inlinable
     public mutating func combine(contentsOf bytes: [UInt8]) {
@@ -34,6 +43,15 @@ public enum Bytes {
         guard a.count == b.count else { return false }
         return a.withUnsafeBytes { x in
             b.withUnsafeBytes { y in x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0 }
+        }
+    }
+
+    /// Whether `a` and `b` have the same UTF-8 bytes (unlike `==` on `String`, which also
+    /// equates canonically equivalent strings).
+    public static func equalUTF8(_ a: String, _ b: String) -> Bool {
+        var x = a, y = b
+        return x.withUTF8 { p in
+            y.withUTF8 { q in p.count == q.count && (p.count == 0 || memcmp(p.baseAddress!, q.baseAddress!, p.count) == 0) }
         }
     }
 

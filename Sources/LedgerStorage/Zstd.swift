@@ -119,3 +119,70 @@ extension Zstd {
         }
     }
 }
+
+/// Compresses input handed over in pieces into one zstd frame of a size declared up front
+/// (`ZSTD_compressStream2`), appended to an output array that may already hold a prefix (a
+/// file header). The caller stages its input in buffers of its own (say 128 KiB, reused) and
+/// hands each one over full, so a large frame never needs its whole input in one buffer.
+public final class ZstdFrameWriter {
+    private let context: OpaquePointer
+    private var chunk: [UInt8]
+    private var output: [UInt8]
+    private let declared: Int
+    private var consumed = 0
+
+    /// A writer of a frame of exactly `contentSize` input bytes at `level`, with `dictionary`
+    /// if given, appending to `prefix`.
+    public init(level: Int32, contentSize: Int, dictionary: [UInt8]? = nil, prefix: [UInt8] = []) throws {
+        guard let context = ZSTD_createCCtx() else { throw ZstdError(description: "compress: out of memory") }
+        self.context = context
+        chunk = [UInt8](repeating: 0, count: ZSTD_CStreamOutSize())
+        output = prefix
+        output.reserveCapacity(prefix.count + contentSize / 8 + 1024)
+        declared = contentSize
+        // On a throw from here on, deinit frees the context.
+        _ = try checkZstd(ZSTD_CCtx_setParameter(context, ZSTD_c_compressionLevel, level), "compression level")
+        _ = try checkZstd(ZSTD_CCtx_setPledgedSrcSize(context, UInt64(contentSize)), "content size")
+        if let dictionary {
+            try dictionary.withUnsafeBytes { dict in
+                _ = try checkZstd(ZSTD_CCtx_loadDictionary(context, dict.baseAddress, dict.count), "load dictionary")
+            }
+        }
+    }
+
+    deinit { ZSTD_freeCCtx(context) }
+
+    /// Compresses the next piece of input.
+    public func compress(_ input: [UInt8]) throws {
+        try compress(input, end: false)
+    }
+
+    /// Compresses the last piece of input (possibly empty), ends the frame, and returns the
+    /// prefix followed by it.
+    /// - Throws: ``ZstdError`` when the input was not exactly the declared size.
+    public func finish(_ input: [UInt8] = []) throws -> [UInt8] {
+        try compress(input, end: true)
+        defer { output = [] }
+        return output
+    }
+
+    private func compress(_ piece: [UInt8], end: Bool) throws {
+        consumed += piece.count
+        guard !end || consumed == declared else {
+            throw ZstdError(description: "compress: \(consumed) bytes given for a frame declared as \(declared)")
+        }
+        let context = self.context
+        try piece.withUnsafeBytes { source in
+            var input = ZSTD_inBuffer(src: source.baseAddress, size: source.count, pos: 0)
+            while true {
+                let (remaining, produced) = try chunk.withUnsafeMutableBytes { destination -> (Int, Int) in
+                    var out = ZSTD_outBuffer(dst: destination.baseAddress, size: destination.count, pos: 0)
+                    let remaining = try checkZstd(ZSTD_compressStream2(context, &out, &input, end ? ZSTD_e_end : ZSTD_e_continue), "compress")
+                    return (remaining, out.pos)
+                }
+                output.append(contentsOf: chunk[..<produced])
+                if end ? remaining == 0 : input.pos == input.size { break }
+            }
+        }
+    }
+}

@@ -21,8 +21,13 @@ extension Ledger {
     ///
     /// Entries are passed through as stored — body and hash — without decoding them.
     public func feedSegment(after sequence: UInt64, maxBytes: Int = 4 << 20, level: Int32 = 3) throws -> Segment? {
-        var names: [UInt64: StreamName] = [:]
-        var lastHash: [UInt64: [UInt8]] = [:]  // per stream id, within this segment
+        /// A stream met in this segment: its name and the hash of its last entry so far.
+        struct Seen {
+            let stream: StreamName
+            var lastHash: [UInt8]?
+        }
+        var seen: [Seen] = []
+        var seenByID: [UInt64: Int] = [:]
         let (entries, _) = try collectSegmentEntries(maxBytes: maxBytes) { entries, size in
             let next = (entries.last?.sequence ?? sequence) + 1
             return try read { txn -> Bool in
@@ -31,19 +36,19 @@ extension Ledger {
                     var pair = try cursor.seek(atLeast: .bigEndian(next))
                     while let current = pair, taken < Self.scanBatch, size < maxBytes {
                         let id = current.value.bigEndianUInt64()
-                        let stream: StreamName
-                        if let known = names[id] {
-                            stream = known
+                        let s: Int
+                        if let known = seenByID[id] {
+                            s = known
                         } else {
-                            if names.count > 4096 { names.removeAll() }
-                            stream = try streamName(txn, id: id)
-                            names[id] = stream
+                            s = seen.count
+                            seen.append(Seen(stream: try streamName(txn, id: id), lastHash: nil))
+                            seenByID[id] = s
                         }
+                        let stream = seen[s].stream
                         let e = try segmentEntry(current.value, sequence: current.key.bigEndianUInt64(), stream: stream) { offset in
-                            if let known = lastHash[id] { return known }
-                            return try storedHash(txn, streamID: id, stream: stream, offset: offset - 1)
+                            try seen[s].lastHash ?? storedHash(txn, streamID: id, stream: stream, offset: offset - 1)
                         }
-                        lastHash[id] = e.hash
+                        seen[s].lastHash = e.hash
                         size += e.body.count + 48
                         entries.append(e)
                         taken += 1

@@ -95,31 +95,30 @@ public struct Segment: Sendable, Equatable {
         a.scope == b.scope && a.previousHash == b.previousHash && a.entries == b.entries
     }
 
-    /// The entries' wire form, concatenated: the bytes that get compressed. Hashes are not
-    /// carried — each one follows from the previous hash and the body — so a segment holds no
-    /// incompressible bytes but the bodies' own. A stream segment's entries are `seq, body`; a
-    /// feed segment's also name their stream, carry the hash before the stream's first entry
-    /// in the segment and the hash of its last (the anchor its recomputed chain must reach).
-    func plainBytes() -> [UInt8] {
-        var plain = ByteWriter(capacity: 0)
+    /// Where each stream of a feed segment starts and ends within it, and the exact size of
+    /// the entries' wire form.
+    private struct Layout {
+        /// Per entry: bit 0 — the first of its stream here; bit 1 — the last.
+        var flags: [UInt8]
+        var size: Int
+    }
+
+    private func layout() -> Layout {
+        func varintSize(_ value: Int) -> Int { value < 0x80 ? 1 : (64 - UInt64(value).leadingZeroBitCount + 6) / 7 }
+        func varintSize(_ value: UInt64) -> Int { value < 0x80 ? 1 : (64 - value.leadingZeroBitCount + 6) / 7 }
+        var size = 0
         guard case .feed = scope else {
-            var size = 0
-            for i in entries.indices { size += entries[i].body.count + 12 }
-            plain.bytes.reserveCapacity(size)
             for i in entries.indices {
-                plain.varint(entries[i].sequence)
-                plain.varint(UInt64(entries[i].body.count))
-                plain.raw(entries[i].body)
+                size += varintSize(entries[i].sequence) + varintSize(entries[i].body.count) + entries[i].body.count
             }
-            return plain.bytes
+            return Layout(flags: [], size: size)
         }
         // Number the streams (entries of one stream mostly share one `StreamName` instance, so
-        // the name itself is hashed once per instance) and find each stream's last entry.
+        // a name is hashed once per instance), then mark each stream's first and last entry.
         var byInstance: [ObjectIdentifier: Int] = [:]
         var byName: [StreamName: Int] = [:]
-        var ordinals = [Int](repeating: 0, count: entries.count)
         var lastEntry: [Int] = []
-        var size = 0
+        var flags = [UInt8](repeating: 0, count: entries.count)
         for i in entries.indices {
             let id = entries[i].stream.instanceID
             let ordinal: Int
@@ -132,50 +131,69 @@ public struct Segment: Sendable, Equatable {
                 } else {
                     ordinal = lastEntry.count
                     byName[stream] = ordinal
-                    lastEntry.append(0)
+                    lastEntry.append(i)
+                    flags[i] = 1
                 }
                 byInstance[id] = ordinal
             }
-            ordinals[i] = ordinal
             lastEntry[ordinal] = i
-            size += entries[i].body.count + entries[i].stream.key.count + 16
+            let e = entries[i]
+            size += varintSize(e.stream.key.count) + e.stream.key.count + 1
+                + varintSize(e.sequence) + varintSize(e.body.count) + e.body.count
         }
-        plain.bytes.reserveCapacity(size + lastEntry.count * 64)
-        var seen = [Bool](repeating: false, count: lastEntry.count)
+        for i in lastEntry { flags[i] |= 2 }
+        for f in flags { size += (f & 1 != 0 ? 32 : 0) + (f & 2 != 0 ? 32 : 0) }
+        return Layout(flags: flags, size: size)
+    }
+
+    /// Writes the entries' wire form — the bytes that get compressed. Hashes are not carried
+    /// (each one follows from the previous hash and the body), so a segment holds no
+    /// incompressible bytes but the bodies' own. A stream segment's entries are `seq, body`; a
+    /// feed segment's also name their stream, and carry the hash before the stream's first
+    /// entry in the segment and the hash of its last (the anchor its recomputed chain must
+    /// reach).
+    private func writeEntries<Sink: EntrySink>(_ layout: Layout, to sink: inout Sink) throws {
+        guard case .feed = scope else {
+            for i in entries.indices {
+                try sink.varint(entries[i].sequence)
+                try sink.varint(UInt64(entries[i].body.count))
+                try sink.raw(entries[i].body)
+            }
+            return
+        }
         for i in entries.indices {
-            let ordinal = ordinals[i]
-            let first = !seen[ordinal], last = lastEntry[ordinal] == i
-            seen[ordinal] = true
+            let flags = layout.flags[i]
             let key = entries[i].stream.key
-            plain.varint(UInt64(key.count))
-            plain.raw(key)
-            plain.byte((first ? 1 : 0) | (last ? 2 : 0))
-            if first { plain.raw(entries[i].previous) }
-            if last { plain.raw(entries[i].hash) }
-            plain.varint(entries[i].sequence)
-            plain.varint(UInt64(entries[i].body.count))
-            plain.raw(entries[i].body)
+            try sink.varint(UInt64(key.count))
+            try sink.raw(key[...])
+            try sink.byte(flags)
+            if flags & 1 != 0 { try sink.raw(entries[i].previous[...]) }
+            if flags & 2 != 0 { try sink.raw(entries[i].hash[...]) }
+            try sink.varint(entries[i].sequence)
+            try sink.varint(UInt64(entries[i].body.count))
+            try sink.raw(entries[i].body)
         }
-        return plain.bytes
+    }
+
+    /// The entries' wire form in one buffer (see ``writeEntries(_:to:)``).
+    func plainBytes() -> [UInt8] {
+        let layout = layout()
+        var writer = ByteWriter(capacity: layout.size)
+        try! writeEntries(layout, to: &writer)  // a ByteWriter does not throw
+        return writer.bytes
     }
 
     /// The size of the entries' wire form before compression: the payload a segment carries.
-    public var payloadSize: Int { plainBytes().count }
+    public var payloadSize: Int { layout().size }
 
-    /// The file bytes: header, zstd-compressed entries, SHA-256 of everything before it.
+    /// The offset of the compressed-size field in the header.
+    private static let compressedSizeField = 68
+
+    /// The file bytes: header, zstd-compressed entries, SHA-256 of everything before it. The
+    /// entries stream through the compressor; their uncompressed form is never held whole.
     public func encoded() throws -> [UInt8] {
-        let plain = plainBytes()
-        let compressed: [UInt8]
-        do {
-            if let dictionary {
-                compressed = try Zstd.compress(plain, level: compressionLevel, dictionary: dictionary.bytes)
-            } else {
-                compressed = try Zstd.compress(plain, level: compressionLevel)
-            }
-        } catch {
-            throw LedgerError(.storage, "zstd could not compress a segment: \(error)", underlying: error)
-        }
-        var w = ByteWriter(capacity: compressed.count + 200 + 32)
+        let layout = layout()
+        var w = ByteWriter(capacity: 200 + layout.size / 4)
         w.raw(Self.magic)
         w.byte(UInt8(Self.formatVersion >> 8)); w.byte(UInt8(Self.formatVersion & 0xFF))
         let name: [UInt8]
@@ -190,15 +208,26 @@ public struct Segment: Sendable, Equatable {
         w.fixed64(entries.first?.sequence ?? 0)
         w.fixed64(entries.last?.sequence ?? 0)
         w.fixed64(UInt64(entries.count))
-        w.fixed64(UInt64(plain.count))
-        w.fixed64(UInt64(compressed.count))
+        w.fixed64(UInt64(layout.size))
+        assert(w.bytes.count == Self.compressedSizeField)
+        w.fixed64(0)  // the compressed size, set below
         w.byte(UInt8(name.count >> 8)); w.byte(UInt8(name.count & 0xFF))
         w.raw(name)
         w.raw(previousHash)
         w.raw(entries.last?.hash ?? previousHash)
-        w.raw(compressed)
-        w.raw(ConcatenatingSHA256.digest(w.bytes[...]))
-        return w.bytes
+        let headerSize = w.bytes.count
+        var bytes: [UInt8]
+        do {
+            var sink = FrameSink(writer: try ZstdFrameWriter(level: compressionLevel, contentSize: layout.size, dictionary: dictionary?.bytes, prefix: w.bytes))
+            try writeEntries(layout, to: &sink)
+            bytes = try sink.finish()
+        } catch {
+            throw LedgerError(.storage, "zstd could not compress a segment: \(error)", underlying: error)
+        }
+        let compressedSize = UInt64(bytes.count - headerSize)
+        for i in 0..<8 { bytes[Self.compressedSizeField + i] = UInt8(truncatingIfNeeded: compressedSize >> (56 - 8 * i)) }
+        bytes.append(contentsOf: ConcatenatingSHA256.digest(bytes[...]))
+        return bytes
     }
 
     /// The largest uncompressed body a segment may declare (a decoder refuses more).
@@ -369,4 +398,51 @@ public struct Segment: Sendable, Equatable {
         }
         return entries
     }
+}
+
+/// Where ``Segment`` writes its entries' wire form: a buffer, or a compressor.
+private protocol EntrySink {
+    mutating func byte(_ value: UInt8) throws
+    mutating func varint(_ value: UInt64) throws
+    mutating func raw(_ bytes: ArraySlice<UInt8>) throws
+}
+
+extension ByteWriter: EntrySink {
+    fileprivate mutating func raw(_ bytes: ArraySlice<UInt8>) throws { self.bytes.append(contentsOf: bytes) }
+}
+
+/// Feeds the wire form into a zstd frame through a staging buffer of 128 KiB.
+private struct FrameSink: EntrySink {
+    let writer: ZstdFrameWriter
+    var staging: [UInt8]
+    static let stagingSize = 128 << 10
+
+    init(writer: ZstdFrameWriter) {
+        self.writer = writer
+        staging = []
+        staging.reserveCapacity(Self.stagingSize + 1024)
+    }
+
+    mutating func byte(_ value: UInt8) throws {
+        staging.append(value)
+    }
+
+    mutating func varint(_ value: UInt64) throws {
+        var v = value
+        while v >= 0x80 {
+            staging.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        staging.append(UInt8(v))
+    }
+
+    mutating func raw(_ bytes: ArraySlice<UInt8>) throws {
+        staging.append(contentsOf: bytes)
+        if staging.count >= Self.stagingSize {
+            try writer.compress(staging)
+            staging.removeAll(keepingCapacity: true)
+        }
+    }
+
+    consuming func finish() throws -> [UInt8] { try writer.finish(staging) }
 }

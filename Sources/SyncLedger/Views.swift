@@ -1,3 +1,5 @@
+import LedgerStorage
+
 /// The current state of one record in a dataset's view.
 public struct RecordState: Hashable, Sendable {
     /// The value, or nil when the record was removed (a tombstone).
@@ -193,12 +195,9 @@ public struct RecordKey: Hashable, Comparable, Sendable, ExpressibleByStringLite
     public init(_ string: String) { self.string = string }
     public init(stringLiteral value: String) { self.string = value }
 
-    public static func == (a: RecordKey, b: RecordKey) -> Bool { a.string.utf8.elementsEqual(b.string.utf8) }
+    public static func == (a: RecordKey, b: RecordKey) -> Bool { Bytes.equalUTF8(a.string, b.string) }
     public static func < (a: RecordKey, b: RecordKey) -> Bool { a.string.utf8.lexicographicallyPrecedes(b.string.utf8) }
-    public func hash(into hasher: inout Hasher) {
-        for byte in string.utf8 { hasher.combine(byte) }
-        hasher.combine(string.utf8.count)
-    }
+    public func hash(into hasher: inout Hasher) { hasher.combine(utf8Of: string) }
     public var description: String { string }
 }
 
