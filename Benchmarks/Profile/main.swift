@@ -42,6 +42,18 @@ if phase == "all" || phase == "encode" {
     let frame = Array(enc[(enc.count - 32 - Int(try Segment.decode(enc).compressedSize))..<(enc.count - 32)])
     let plain = try Zstd.decompress(frame, limit: plainSize)
     try await time("raw zstd3", rounds) { _ = try Zstd.compress(plain, level: 3); return plainSize }
+    try await time("stream zstd3 128K pieces", rounds) {
+        let w = try ZstdFrameWriter(level: 3, contentSize: plain.count)
+        var at = 0
+        while at < plain.count { let n = min(128 << 10, plain.count - at); try w.compress(Array(plain[at..<at + n])); at += n }
+        _ = try w.finish()
+        return plainSize
+    }
+    try await time("stream zstd3 1 piece", rounds) {
+        let w = try ZstdFrameWriter(level: 3, contentSize: plain.count)
+        _ = try w.finish(plain)
+        return plainSize
+    }
     try await time("raw unzstd", rounds) { _ = try Zstd.decompress(frame, limit: plainSize); return plainSize }
 }
 if phase == "all" || phase == "decode" {

@@ -161,17 +161,16 @@ public struct Segment: Sendable, Equatable {
             }
             return
         }
-        for i in entries.indices {
-            let flags = layout.flags[i]
-            let key = entries[i].stream.key
+        for (e, flags) in zip(entries, layout.flags) {
+            let key = e.stream.key
             try sink.varint(UInt64(key.count))
             try sink.raw(key[...])
             try sink.byte(flags)
-            if flags & 1 != 0 { try sink.raw(entries[i].previous[...]) }
-            if flags & 2 != 0 { try sink.raw(entries[i].hash[...]) }
-            try sink.varint(entries[i].sequence)
-            try sink.varint(UInt64(entries[i].body.count))
-            try sink.raw(entries[i].body)
+            if flags & 1 != 0 { try sink.raw(e.previous[...]) }
+            if flags & 2 != 0 { try sink.raw(e.hash[...]) }
+            try sink.varint(e.sequence)
+            try sink.varint(UInt64(e.body.count))
+            try sink.raw(e.body)
         }
     }
 
@@ -428,6 +427,10 @@ private struct FrameSink: EntrySink {
     }
 
     mutating func varint(_ value: UInt64) throws {
+        if value < 0x80 {
+            staging.append(UInt8(truncatingIfNeeded: value))
+            return
+        }
         var v = value
         while v >= 0x80 {
             staging.append(UInt8(truncatingIfNeeded: v) | 0x80)
