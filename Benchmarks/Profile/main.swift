@@ -56,7 +56,7 @@ if phase == "all" || phase == "encode" {
     }
     try await time("raw unzstd", rounds) { _ = try Zstd.decompress(frame, limit: plainSize); return plainSize }
 }
-if phase == "all" || phase == "decode" {
+if phase == "sha" {
     let decodedSeg = try Segment.decode(enc)
     try await time("sha chain only", rounds) {
         var h = ConcatenatingSHA256()
@@ -74,6 +74,8 @@ if phase == "all" || phase == "decode" {
         for _ in 0..<19172 { _ = ConcatenatingSHA256.digest(blob[...]) }
         return plainSize
     }
+}
+if phase == "all" || phase == "decode" || phase == "sha" {
     try await time("decode", rounds) { _ = try Segment.decode(enc); return plainSize }
 }
 if phase == "all" || phase == "merge" {

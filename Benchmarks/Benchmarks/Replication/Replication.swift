@@ -48,6 +48,7 @@ let benchmarks: @Sendable () -> Void = {
     measuredBenchmark("segment encode: raw zstd", codec) { try await RawCompressFixture() }
     measuredBenchmark("segment decode: Segment.decode", codec) { try await SegmentDecodeFixture() }
     measuredBenchmark("segment decode: raw zstd", codec) { try await RawDecompressFixture() }
+    measuredBenchmark("segment decode: SHA-256 chain alone", codec) { try await ChainHashFixture() }
     let ratio = MeasuredOptions(warmup: 0, maxIterations: 3, maxDuration: .seconds(1))
     measuredBenchmark("wire ratio: 4 KiB segment", ratio) { try await WireRatioFixture(minimumPayload: 4 << 10) }
     measuredBenchmark("wire ratio: 64 KiB segment", ratio) { try await WireRatioFixture(minimumPayload: 64 << 10) }

@@ -83,6 +83,41 @@ final class SegmentDecodeFixture: MeasuredFixture {
     func tearDown() { artifact.release() }
 }
 
+/// The SHA-256 hash chain of the same segment's entries alone — `SHA-256(previous ‖ name ‖
+/// body)` per entry, as `Segment.decode` recomputes every hash (they are not carried): the floor
+/// under ``SegmentDecodeFixture`` besides zstd.
+final class ChainHashFixture: MeasuredFixture {
+    let artifact: Artifact
+    let entries: [(previous: [UInt8], name: [UInt8], body: ArraySlice<UInt8>)]
+    let plainBytes: Int
+
+    init() async throws {
+        artifact = try await FeedSource.artifact()
+        let codec = try CodecSegment(artifact)
+        var names: [StreamName: [UInt8]] = [:]
+        entries = codec.payload.segment.entries.map { e in
+            let name = names[e.stream] ?? EventData.streamKey(e.stream)
+            names[e.stream] = name
+            return (e.previous, name, e.body)
+        }
+        plainBytes = codec.payload.plain.count
+        // The same function as the decoder's: the hashes must come out as it found them.
+        var hasher = ConcatenatingSHA256()
+        for (e, decoded) in zip(entries, codec.payload.segment.entries) where hasher.digest(e.previous, lengthPrefixed: e.name, e.body) != decoded.hash {
+            throw HarnessError("the chain hash of sequence \(decoded.sequence) does not match the decoder's")
+        }
+    }
+
+    func iterate() async throws -> Measured {
+        var hasher = ConcatenatingSHA256()
+        var check: UInt8 = 0
+        for e in entries { check ^= hasher.digest(e.previous, lengthPrefixed: e.name, e.body)[0] }
+        return Measured(operations: entries.count, bytes: plainBytes, figure: Int(check))
+    }
+
+    func tearDown() { artifact.release() }
+}
+
 /// `Zstd.decompress` of the same segment's zstd frame: the limit of ``SegmentDecodeFixture``.
 final class RawDecompressFixture: MeasuredFixture {
     let artifact: Artifact
