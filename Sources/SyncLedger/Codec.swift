@@ -109,7 +109,7 @@ struct ByteReader {
 
     mutating func string() throws(DecodeFailure) -> String {
         let slice = try stringBytes()
-        guard let s = String(validating: slice, as: UTF8.self) else {
+        guard let s = utf8String(slice) else {
             throw DecodeFailure(description: "invalid UTF-8 at byte \(position - slice.count)")
         }
         return s
@@ -135,6 +135,12 @@ struct ByteReader {
     func expectEnd() throws(DecodeFailure) {
         if !isAtEnd { throw DecodeFailure(description: "\(remaining) trailing bytes at byte \(position)") }
     }
+}
+
+/// `bytes` as a string if they are valid UTF-8: ASCII (the common case) by a word-at-a-time
+/// check and no further validation, anything else validated in full.
+func utf8String(_ bytes: ArraySlice<UInt8>) -> String? {
+    Bytes.isASCII(bytes) ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
 }
 
 extension Array where Element == UInt8 {

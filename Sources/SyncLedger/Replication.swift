@@ -204,42 +204,44 @@ extension Ledger {
         // Pass 1, reads only: decide for every entry, so a refusal leaves nothing written. An
         // entry's own hash follows from its `previous` (see `Segment.Entry`), so chaining it
         // to the local head is comparing `previous` with the head's hash.
-        for (i, e) in segment.entries.enumerated() {
+        let entries = segment.entries
+        for i in entries.indices {
+            let stream = entries[i].stream
             let t: Int
-            if let known = byInstance[e.stream.instanceID] {
+            if let known = byInstance[stream.instanceID] {
                 t = known
-            } else if let known = byName[e.stream] {
+            } else if let known = byName[stream] {
                 t = known
-                byInstance[e.stream.instanceID] = t
+                byInstance[stream.instanceID] = t
             } else {
-                let stored = try self.head(txn, e.stream)
+                let stored = try self.head(txn, stream)
                 t = targets.count
                 targets.append(Target(stored: stored, offset: stored?.offset ?? 0, hash: stored?.hash ?? LogEntry.genesisHash))
-                byName[e.stream] = t
-                byInstance[e.stream.instanceID] = t
+                byName[stream] = t
+                byInstance[stream.instanceID] = t
             }
             ordinals.append(t)
             let head = targets[t]
-            let offset = e.offset
+            let offset = entries[i].offset
             func refuse(_ why: String) -> LedgerError {
-                LedgerError(.invalidParameter, "segment refused at entry \(i) (\(e.stream) offset \(offset)): \(why); nothing was applied", stream: e.stream, offset: offset)
+                LedgerError(.invalidParameter, "segment refused at entry \(i) (\(stream) offset \(offset)): \(why); nothing was applied", stream: stream, offset: offset)
             }
             if offset <= head.offset {
                 // Already here? Only entries the ledger held before this merge can be: pass 1
                 // appends nothing, and offsets within the segment rise.
                 guard let stored = head.stored, offset <= stored.offset else { throw refuse("the local stream lacks that offset") }
-                let local = offset == stored.offset ? stored.hash : try storedHash(txn, streamID: stored.id, stream: e.stream, offset: offset)
-                guard local == e.hash else { throw refuse("the local entry at that offset differs: the histories diverged") }
+                let local = offset == stored.offset ? stored.hash : try storedHash(txn, streamID: stored.id, stream: stream, offset: offset)
+                guard local == entries[i].hash else { throw refuse("the local entry at that offset differs: the histories diverged") }
                 plan.append(false)
                 report.skipped += 1
                 continue
             }
             guard offset == head.offset + 1 else { throw refuse("a gap: the local head is at offset \(head.offset)") }
-            guard e.previous == head.hash else {
+            guard entries[i].previous == head.hash else {
                 throw refuse("it does not chain to the local entry at offset \(head.offset)")
             }
             targets[t].offset = offset
-            targets[t].hash = e.hash
+            targets[t].hash = entries[i].hash
             plan.append(true)
             report.applied += 1
         }
@@ -251,7 +253,8 @@ extension Ledger {
         var sequence = try nextSequence(txn)
         var newStreamID: UInt64?
         var writers: [StreamWriter?] = Array(repeating: nil, count: targets.count)
-        for (i, e) in segment.entries.enumerated() where plan[i] {
+        for i in entries.indices where plan[i] {
+            let e = entries[i]
             let t = ordinals[i]
             if writers[t] == nil {
                 let id: UInt64

@@ -69,7 +69,7 @@ struct Schema: Sendable {
         var fullKey: String?
         let state = try RecordState(decoding: value, fullKey: &fullKey)
         if let fullKey { return (fullKey, state) }
-        guard storedKey.count >= 8, let key = String(validating: storedKey[8...], as: UTF8.self) else {
+        guard storedKey.count >= 8, let key = utf8String(storedKey[8...]) else {
             throw DecodeFailure(description: "record key is not UTF-8")
         }
         return (key, state)

@@ -62,7 +62,7 @@ public struct RecordState: Hashable, Sendable {
             value = nil
         } else {
             let rest = try r.raw(r.remaining)
-            guard let text = String(validating: rest, as: UTF8.self) else { throw DecodeFailure(description: "record value is not UTF-8") }
+            guard let text = utf8String(rest) else { throw DecodeFailure(description: "record value is not UTF-8") }
             value = text
         }
     }
