@@ -63,8 +63,9 @@ public struct Segment: Sendable, Equatable {
         }
     }
 
-    /// The file format version this code reads and writes.
-    public static let formatVersion: UInt16 = 1
+    /// The file format version this code writes. It reads this one and version 1 (the same
+    /// entries under a header of fixed-width fields).
+    public static let formatVersion: UInt16 = 2
     static let magic = Array("SLSEG01\n".utf8)
 
     /// What the segment covers.
@@ -185,48 +186,46 @@ public struct Segment: Sendable, Equatable {
     /// The size of the entries' wire form before compression: the payload a segment carries.
     public var payloadSize: Int { layout().size }
 
-    /// The offset of the compressed-size field in the header.
-    private static let compressedSizeField = 68
-
     /// The file bytes: header, zstd-compressed entries, SHA-256 of everything before it. The
     /// entries stream through the compressor; their uncompressed form is never held whole.
     public func encoded() throws -> [UInt8] {
         let layout = layout()
-        var w = ByteWriter(capacity: 200 + layout.size / 4)
-        w.raw(Self.magic)
-        w.byte(UInt8(Self.formatVersion >> 8)); w.byte(UInt8(Self.formatVersion & 0xFF))
-        let name: [UInt8]
-        switch scope {
-        case .stream(let s): w.byte(1); name = s.key
-        case .feed: w.byte(2); name = []
-        }
-        w.byte(UInt8(bitPattern: Int8(clamping: compressionLevel)))
-        w.fixed64(UInt64(dictionary?.id ?? 0))  // dictionary id (0: none), 8 bytes
-        w.fixed64(entries.first?.offset ?? 0)
-        w.fixed64(entries.last?.offset ?? 0)
-        w.fixed64(entries.first?.sequence ?? 0)
-        w.fixed64(entries.last?.sequence ?? 0)
-        w.fixed64(UInt64(entries.count))
-        w.fixed64(UInt64(layout.size))
-        assert(w.bytes.count == Self.compressedSizeField)
-        w.fixed64(0)  // the compressed size, set below
-        w.byte(UInt8(name.count >> 8)); w.byte(UInt8(name.count & 0xFF))
-        w.raw(name)
-        w.raw(previousHash)
-        w.raw(entries.last?.hash ?? previousHash)
-        let headerSize = w.bytes.count
-        var bytes: [UInt8]
+        let frame: [UInt8]
         do {
-            var sink = FrameSink(writer: try ZstdFrameWriter(level: compressionLevel, contentSize: layout.size, dictionary: dictionary?.bytes, prefix: w.bytes))
+            var sink = FrameSink(writer: try ZstdFrameWriter(level: compressionLevel, contentSize: layout.size, dictionary: dictionary?.bytes))
             try writeEntries(layout, to: &sink)
-            bytes = try sink.finish()
+            frame = try sink.finish()
         } catch {
             throw LedgerError(.storage, "zstd could not compress a segment: \(error)", underlying: error)
         }
-        let compressedSize = UInt64(bytes.count - headerSize)
-        for i in 0..<8 { bytes[Self.compressedSizeField + i] = UInt8(truncatingIfNeeded: compressedSize >> (56 - 8 * i)) }
-        bytes.append(contentsOf: ConcatenatingSHA256.digest(bytes[...]))
-        return bytes
+        let name: [UInt8]
+        let scopeKind: UInt8
+        switch scope {
+        case .stream(let s): scopeKind = 1; name = s.key
+        case .feed: scopeKind = 2; name = []
+        }
+        let fromGenesis = previousHash == LogEntry.genesisHash
+        var w = ByteWriter(capacity: frame.count + 200 + name.count)
+        w.raw(Self.magic)
+        w.byte(UInt8(Self.formatVersion >> 8)); w.byte(UInt8(Self.formatVersion & 0xFF))
+        w.byte(scopeKind)
+        w.byte(UInt8(bitPattern: Int8(clamping: compressionLevel)))
+        w.byte(fromGenesis ? 1 : 0)  // flags: 1 = the previous hash is zeros (not written)
+        w.varint(UInt64(dictionary?.id ?? 0))
+        w.varint(entries.first?.offset ?? 0)
+        w.varint(entries.last?.offset ?? 0)
+        w.varint(entries.first?.sequence ?? 0)
+        w.varint(entries.last?.sequence ?? 0)
+        w.varint(UInt64(entries.count))
+        w.varint(UInt64(layout.size))
+        w.varint(UInt64(frame.count))
+        w.varint(UInt64(name.count))
+        w.raw(name)
+        if !fromGenesis { w.raw(previousHash) }
+        w.raw(entries.last?.hash ?? previousHash)
+        w.raw(frame)
+        w.raw(ConcatenatingSHA256.digest(w.bytes[...]))
+        return w.bytes
     }
 
     /// The largest uncompressed body a segment may declare (a decoder refuses more).
@@ -241,7 +240,7 @@ public struct Segment: Sendable, Equatable {
     /// - Parameter dictionaries: finds a zstd dictionary by the id a segment names.
     public static func decode(_ bytes: [UInt8], dictionaries: (UInt32) -> [UInt8]? = { _ in nil }) throws -> Segment {
         func fail(_ message: String) -> LedgerError { LedgerError(.invalidParameter, "segment refused: \(message)") }
-        guard bytes.count >= magic.count + 100 + 32 else { throw fail("truncated: \(bytes.count) bytes is shorter than any segment") }
+        guard bytes.count >= magic.count + 2 + 32 + 32 else { throw fail("truncated: \(bytes.count) bytes is shorter than any segment") }
         guard bytes.prefix(magic.count).elementsEqual(magic) else { throw fail("not a SyncLedger segment (bad magic)") }
         let body = bytes[..<(bytes.count - 32)]
         guard ConcatenatingSHA256.digest(body).elementsEqual(bytes.suffix(32)) else {
@@ -250,12 +249,17 @@ public struct Segment: Sendable, Equatable {
         var r = ByteReader(body, position: magic.count)
         do {
             let version = UInt16(try r.byte()) << 8 | UInt16(try r.byte())
-            guard version == formatVersion else {
-                throw LedgerError(.unsupportedFormat, "segment format version \(version); this SyncLedger reads version \(formatVersion)")
+            guard version == 1 || version == formatVersion else {
+                throw LedgerError(.unsupportedFormat, "segment format version \(version); this SyncLedger reads versions 1 to \(formatVersion)")
             }
             let scopeKind = try r.byte()
             let level = Int32(Int8(bitPattern: try r.byte()))
-            let dictionaryID = try r.fixed64()
+            let flags = version == 1 ? 0 : try r.byte()
+            guard flags & ~1 == 0 else { throw fail("unknown header flags \(flags)") }
+            // Version 1: fixed 8-byte big-endian fields and a 2-byte name length; version 2:
+            // varints, and no previous hash when it is zeros.
+            func number() throws(DecodeFailure) -> UInt64 { version == 1 ? try r.fixed64() : try r.varint() }
+            let dictionaryID = try number()
             var dictionary: [UInt8]?
             if dictionaryID != 0 {
                 guard dictionaryID <= UInt64(UInt32.max), let found = dictionaries(UInt32(dictionaryID)) else {
@@ -263,13 +267,14 @@ public struct Segment: Sendable, Equatable {
                 }
                 dictionary = found
             }
-            let firstOffset = try r.fixed64(), lastOffset = try r.fixed64()
-            let firstSequence = try r.fixed64(), lastSequence = try r.fixed64()
-            let count = try r.fixed64()
-            let plainSize = try r.fixed64(), compressedSize = try r.fixed64()
-            let nameLength = Int(try r.byte()) << 8 | Int(try r.byte())
-            let name = Array(try r.raw(nameLength))
-            let previous = Array(try r.raw(32))
+            let firstOffset = try number(), lastOffset = try number()
+            let firstSequence = try number(), lastSequence = try number()
+            let count = try number()
+            let plainSize = try number(), compressedSize = try number()
+            let nameLength = version == 1 ? UInt64(try r.byte()) << 8 | UInt64(try r.byte()) : try r.varint()
+            guard nameLength <= 1024 else { throw fail("a stream name of \(nameLength) bytes") }
+            let name = Array(try r.raw(Int(nameLength)))
+            let previous = flags & 1 != 0 ? LogEntry.genesisHash : Array(try r.raw(32))
             let lastHash = Array(try r.raw(32))
             guard compressedSize == UInt64(r.remaining) else {
                 throw fail("the header says \(compressedSize) compressed bytes, the file holds \(r.remaining)")

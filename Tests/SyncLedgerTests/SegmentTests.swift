@@ -110,6 +110,45 @@ import SyncLedgerTestSupport
         }
     }
 
+    /// Segments written by format version 1 (fixed-width header fields) still decode and merge:
+    /// a stream segment of offsets 2–3 and a feed of two streams, written by the version-1 code
+    /// from `put`s at a test clock (the digest is the source ledger's).
+    @Test func version1SegmentsStillDecodeAndMerge() async throws {
+        let stream1 = "U0xTRUcwMQoAAQEDAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAADAAAAAAAAAAIAAAAAAAAAAwAAAAAAAAACAAAAAAAAAEQAAAAAAAAATQAWdGVzdDowAHRlc3Q6NwBzZXR0aW5nc5tFDnfH8qJHtcAVHSTDg017QyocAhU59mR9B6uvbgQnD7BbmQXiG54BkvN0XvteZ+QKT/qVbX+6OM4xAmivz1IotS/9IEQhAgACIwECkI7jheNoBnRhYmxldAICBHNpemUBBXRoZW1lBWxpZ2h0Ax0BA6Dc44XjaAVwaG9uZQEBBWNhZsOpBm91dmVydGd06ionbWKSIU6N7+qFaBL+4Ybo2Z1AswkeGimW96t0"
+        let feed1 = "U0xTRUcwMQoAAQIDAAAAAAAAAAAAAAAAAAAAAQAAAAAAAAABAAAAAAAAAAEAAAAAAAAABAAAAAAAAAAEAAAAAAAAAVsAAAAAAAAA7gAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAIk4c7qr3lWkZ/lQ5WMBy36KiEU8VuiSPq38eFSK2GNii1L/1gWwAlBwBUDBZ0ZXN0OjAANwBzZXR0aW5ncwEAASQBAYDA4oXjaAVwaG9uZQIBBHNpemUCMTIBBXRoZW1lBGRhcmsAAiMBApCO44XjaAZ0YWJsZXQCAgVsaWdodAIPsFuZBeIbngGS83Re+15n5ApP+pVtf7o4zjECaK/PUgMdAQOg3OMBAQVjYWbDqQZvdXZlcnQTOABub3RlcwMAAAAIk4c7qr3lWkZ/lQ5WMBy36KiEU8VuiSPq38eFSK2GNgQSAQEDd2ViAQEBYQExCgC/Y3hvuzkt+ILHigKECl/dIoRwHYaa4JrqKnHHUvDKV/HY2feOdeNSNAEB0eHgxK691f7LkFB6ewzWLw=="
+        let oldStream = try Segment.decode(Array(try #require(Data(base64Encoded: stream1))))
+        #expect(oldStream.scope == .stream(stream("settings", identity: "7")))
+        #expect(oldStream.entries.map(\.offset) == [2, 3])
+        #expect(try oldStream.entries.map { try $0.entry.author } == ["tablet", "phone"])
+        let old = try Segment.decode(Array(try #require(Data(base64Encoded: feed1))))
+        #expect(old.entries.count == 4)
+        try await withLedger { ledger in
+            let report = try await ledger.merge(old)
+            #expect(report.applied == 4)
+            #expect(try ledger.digest() == "8bf8e90c254777a21a924f48260a2e6cd0464e3f84bfe4ebbafe820801409fac")
+            #expect(try ledger.values(stream("settings", identity: "7")) == ["theme": "light", "café": "ouvert"])
+            // The same entries written now are version 2, a smaller header, the same content.
+            let again = try #require(try ledger.feedSegment(after: 0))
+            let bytes = try again.encoded()
+            #expect(bytes[8] == 0 && bytes[9] == 2)
+            #expect(bytes.count < Array(try #require(Data(base64Encoded: feed1))).count)
+            #expect(try Segment.decode(bytes).entries.map(\.hash) == old.entries.map(\.hash))
+            let tail = try #require(try ledger.streamSegment(stream("settings", identity: "7"), after: 1))
+            #expect(try Segment.decode(try tail.encoded()) == oldStream)
+        }
+    }
+
+    /// A segment from a newer SyncLedger is refused as such, not as damaged.
+    @Test func newerVersionIsUnsupported() async throws {
+        try await withLedger { ledger in
+            try await ledger.put(stream(), ["k": "v"])
+            var bytes = try #require(try ledger.feedSegment(after: 0)).encoded()
+            bytes[9] = 3
+            let error = await expectLedgerError(.unsupportedFormat) { _ = try Segment.decode(resealed(bytes)) }
+            #expect(error?.message.contains("version 3") == true)
+        }
+    }
+
     /// Replaces the trailing checksum with a correct one, so that a mutation gets past it and
     /// exercises the header and entry checks behind it.
     private func resealed(_ bytes: [UInt8]) -> [UInt8] {

@@ -54,4 +54,6 @@ let benchmarks: @Sendable () -> Void = {
     measuredBenchmark("wire ratio: 64 KiB segment", ratio) { try await WireRatioFixture(minimumPayload: 64 << 10) }
     measuredBenchmark("wire ratio: 4 MiB segment", ratio) { try await WireRatioFixture(minimumPayload: 4 << 20) }
     measuredBenchmark("wire ratio: 4 KiB stream segment, pool dictionary", ratio) { try await StreamWireRatioFixture(minimumPayload: 4 << 10) }
+    measuredBenchmark("wire ratio: 1 KiB stream segment, pool dictionary", ratio) { try await StreamWireRatioFixture(minimumPayload: 1 << 10) }
+    measuredBenchmark("dictionary gain: 1 KiB stream segment, compressed entries", ratio) { try await StreamWireRatioFixture(minimumPayload: 1 << 10, frameOnly: true) }
 }

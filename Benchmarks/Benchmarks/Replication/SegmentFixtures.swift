@@ -195,13 +195,19 @@ final class WireRatioFixture: MeasuredFixture {
 ///
 /// - `figure`: file bytes per million payload bytes with the dictionary;
 /// - `baselineFigure`: the same segment encoded without it, per million payload bytes.
+///
+/// With `frameOnly`, both count the zstd frame alone (the compressed entries), leaving out the
+/// header and checksum the two files share: the dictionary's own effect on compression.
 final class StreamWireRatioFixture: MeasuredFixture {
     let artifact: Artifact
     let withDictionary: Segment
     let withoutDictionary: Segment
     let payloadBytes: Int
+    let frameOnly: Bool
+    let dictionaries: (UInt32) -> [UInt8]?
 
-    init(minimumPayload: Int) async throws {
+    init(minimumPayload: Int, frameOnly: Bool = false) async throws {
+        self.frameOnly = frameOnly
         artifact = try await FeedSource.artifact()
         let info = try FeedSource.info(artifact)
         let dictionary = try readBytes(artifact.file("pool.dict"))
@@ -222,15 +228,19 @@ final class StreamWireRatioFixture: MeasuredFixture {
         with.dictionary = (info.dictionaryID, dictionary)
         withDictionary = with
         // The dictionary-compressed bytes must decode with it.
-        _ = try Segment.decode(try with.encoded(), dictionaries: { $0 == info.dictionaryID ? dictionary : nil })
+        let id = info.dictionaryID
+        dictionaries = { $0 == id ? dictionary : nil }
+        _ = try Segment.decode(try with.encoded(), dictionaries: dictionaries)
     }
 
     func iterate() async throws -> Measured {
         let with = try withDictionary.encoded()
         let without = try withoutDictionary.encoded()
+        let withBytes = frameOnly ? Int(try Segment.decode(with, dictionaries: dictionaries).compressedSize) : with.count
+        let withoutBytes = frameOnly ? Int(try Segment.decode(without).compressedSize) : without.count
         return Measured(operations: withDictionary.entries.count, bytes: payloadBytes,
-                        figure: with.count * 1_000_000 / payloadBytes,
-                        baselineFigure: without.count * 1_000_000 / payloadBytes)
+                        figure: withBytes * 1_000_000 / payloadBytes,
+                        baselineFigure: withoutBytes * 1_000_000 / payloadBytes)
     }
 
     func tearDown() { artifact.release() }
