@@ -3,8 +3,35 @@ import Foundation
 import LedgerStorage
 import SyncLedger
 
-// Scratch profiler: one phase in a loop, for perf record.
+// One replication phase in a loop, for perf record (tools/profile); or, with `bigledger DIR MB`,
+// a ledger of at least MB megabytes of log for the export/import memory check
+// (tools/export-memory).
 let phase = CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : "all"
+if phase == "bigledger" {
+    let directory = CommandLine.arguments[2]
+    let megabytes = Int(CommandLine.arguments[3])!
+    var bigOptions = LedgerOptions()
+    bigOptions.durable = false
+    bigOptions.initialMapSize = 2 << 30
+    let big = try Ledger(directory: directory, options: bigOptions)
+    // Entries of five 20 KB JSON-ish values (about 100 KB each) over 100 datasets of 10 identities.
+    var random = SplitMix64(seed: 42)
+    let entries = megabytes * 10
+    for i in 0..<entries {
+        let stream = try StreamName(pool: EventData.pool, identity: EventData.identity(i % 10), dataset: "big-\((i / 10) % 10)")
+        let page = try big.listRecords(stream)
+        let counts = Dictionary(uniqueKeysWithValues: page.records.map { ($0.key, $0.syncCount) })
+        let patches = (0..<5).map { k -> RecordPatch in
+            var value = ""
+            while value.utf8.count < 19_500 { value += EventData.value(key: k + i, time: Int64(i), random: &random) }
+            return RecordPatch(op: .replace, key: "blob-\(k)", value: value, syncCount: counts["blob-\(k)"] ?? 0)
+        }
+        _ = try await big.updateRecords(stream, patches: patches, deviceID: "generator", sessionToken: page.syncSessionToken)
+        if i % 1000 == 999 { print("bigledger: \(i + 1) of \(entries) entries") }
+    }
+    big.close()
+    exit(0)
+}
 let rounds = CommandLine.arguments.count > 2 ? Int(CommandLine.arguments[2])! : 20
 let dir = "/tmp/slprof-source"
 let exists = FileManager.default.fileExists(atPath: dir)

@@ -55,6 +55,19 @@ public enum Bytes {
         }
     }
 
+    /// Whether the UTF-8 bytes of `a` sort before those of `b` (byte order, shorter first on a
+    /// common prefix).
+    public static func lessUTF8(_ a: String, _ b: String) -> Bool {
+        var x = a, y = b
+        return x.withUTF8 { p in
+            y.withUTF8 { q in
+                let common = min(p.count, q.count)
+                let order = common == 0 ? 0 : memcmp(p.baseAddress!, q.baseAddress!, common)
+                return order != 0 ? order < 0 : p.count < q.count
+            }
+        }
+    }
+
     /// Whether every byte of `bytes` is ASCII (below 0x80), eight bytes at a time.
     public static func isASCII(_ bytes: ArraySlice<UInt8>) -> Bool {
         bytes.withUnsafeBytes { raw in

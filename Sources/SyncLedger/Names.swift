@@ -1,3 +1,5 @@
+import LedgerStorage
+
 /// An identity pool id, e.g. `us-east-1:0f3c…`: `[\w-]+:[0-9a-f-]+`, 1–55 characters.
 public struct IdentityPoolID: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// The id as given.
@@ -98,7 +100,7 @@ public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertibl
     public var description: String { "\(pool)/\(identity)/\(dataset)" }
 
     public static func == (a: Self, b: Self) -> Bool { a.storage === b.storage || a.storage.key == b.storage.key }
-    public func hash(into hasher: inout Hasher) { hasher.combine(storage.key) }
+    public func hash(into hasher: inout Hasher) { hasher.combine(contentsOf: storage.key) }
     public static func < (a: Self, b: Self) -> Bool { a.key.lexicographicallyPrecedes(b.key) }
 
     /// Whether `other` is this very value (the same storage), not only an equal one: a cheap

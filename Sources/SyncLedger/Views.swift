@@ -196,7 +196,7 @@ public struct RecordKey: Hashable, Comparable, Sendable, ExpressibleByStringLite
     public init(stringLiteral value: String) { self.string = value }
 
     public static func == (a: RecordKey, b: RecordKey) -> Bool { Bytes.equalUTF8(a.string, b.string) }
-    public static func < (a: RecordKey, b: RecordKey) -> Bool { a.string.utf8.lexicographicallyPrecedes(b.string.utf8) }
+    public static func < (a: RecordKey, b: RecordKey) -> Bool { Bytes.lessUTF8(a.string, b.string) }
     public func hash(into hasher: inout Hasher) { hasher.combine(utf8Of: string) }
     public var description: String { string }
 }

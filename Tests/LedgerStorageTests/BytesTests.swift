@@ -66,6 +66,10 @@ import Testing
         // UTF-8 equality is byte equality: canonically equivalent strings differ.
         #expect(!Bytes.equalUTF8("\u{E9}", "e\u{301}"))
         #expect(Bytes.equalUTF8("café", "caf\u{E9}"))
+        // Byte order: shorter first on a common prefix; bytes compare unsigned.
+        let sorted = ["", "a", "ab", "b", "z", "\u{E9}", "e\u{301}"].sorted { Bytes.lessUTF8($0, $1) }
+        #expect(sorted == ["", "a", "ab", "b", "e\u{301}", "z", "\u{E9}"])
+        #expect(!Bytes.lessUTF8("a", "a"))
     }
 
     @Test func chainDigestIsSHA256OfTheConcatenation() {
