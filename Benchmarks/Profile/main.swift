@@ -107,7 +107,10 @@ if phase == "all" || phase == "decode" || phase == "sha" {
 }
 if phase == "all" || phase == "merge" {
     let all = try ledger.feedSegment(after: 0, maxBytes: 256 << 20)!
-    let segs = stride(from: 0, to: 48_000, by: 1000).map { Segment(scope: .feed, entries: Array(all.entries[$0..<$0 + 1000])) }
+    var segs = stride(from: 0, to: 48_000, by: 1000).map { Segment(scope: .feed, entries: Array(all.entries[$0..<$0 + 1000])) }
+    if CommandLine.arguments.count > 3, CommandLine.arguments[3] == "decoded" {
+        segs = try segs.map { try Segment.decode(try $0.encoded()) }  // as the merge benchmark has them
+    }
     for r in 0..<max(1, rounds / 10) {
         let mdir = "/tmp/slprof-merge-\(r)"
         try? FileManager.default.removeItem(atPath: mdir)
