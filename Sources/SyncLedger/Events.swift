@@ -100,9 +100,9 @@ public struct LogEntry: Hashable, Sendable {
 
     /// Decodes a body written by ``encodeBody(offset:time:author:events:)``.
     static func decodeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String, events: [Event]) {
-        var events: [Event] = []
-        let (offset, time, author) = try walkBody(&reader) { event in events.append(event) }
-        return (offset, time, author ?? "", events)
+        var events: [Event]? = []
+        let (offset, time, author) = try walkBody(&reader, events: &events)
+        return (offset, time, author ?? "", events ?? [])
     }
 
     /// The offset of a body, read without checking the rest of it (a stored body, passed
@@ -116,47 +116,49 @@ public struct LogEntry: Hashable, Sendable {
     /// Checks a body as ``decodeBody(_:)`` would decode it — the same checks, every string's
     /// UTF-8 included — without making its strings and events. Returns its offset.
     static func checkBody(_ reader: inout ByteReader) throws(DecodeFailure) -> UInt64 {
-        try walkBody(&reader, event: nil).offset
+        var none: [Event]?
+        return try walkBody(&reader, events: &none).offset
     }
 
-    /// The one reader of the body format: with `event`, makes the author and every event;
-    /// without, only checks them.
-    private static func walkBody(_ reader: inout ByteReader, event: ((Event) -> Void)?) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String?) {
+    /// The one reader of the body format: with `events` non-nil, makes the author and appends
+    /// every event to it; with nil, only checks them.
+    private static func walkBody(_ reader: inout ByteReader, events: inout [Event]?) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String?) {
         let version = try reader.byte()
         guard version == bodyVersion else { throw DecodeFailure(description: "unknown entry body version \(version)") }
         let offset = try reader.varint()
         guard offset >= 1 else { throw DecodeFailure(description: "offset 0") }
         let time = Timestamp(milliseconds: try reader.signed())
-        let make = event != nil
+        let make = events != nil
         var author: String?
         if make { author = try reader.string() } else { try reader.skipString() }
         let count = try reader.varint()
         guard count <= UInt64(reader.remaining) else { throw DecodeFailure(description: "event count \(count) exceeds the entry's size") }
+        if make { events!.reserveCapacity(Int(count)) }
         for _ in 0..<count {
             let kind = try reader.byte()
             switch kind {
             case 1, 4:
-                if let event {
+                if make {
                     let key = try reader.string()
                     let value = try reader.string()
                     let device = kind == 4 ? Timestamp(milliseconds: try reader.signed()) : nil
-                    event(.put(key: key, value: value, deviceModified: device))
+                    events!.append(.put(key: key, value: value, deviceModified: device))
                 } else {
                     try reader.skipString()
                     try reader.skipString()
                     if kind == 4 { _ = try reader.signed() }
                 }
             case 2, 5:
-                if let event {
+                if make {
                     let key = try reader.string()
                     let device = kind == 5 ? Timestamp(milliseconds: try reader.signed()) : nil
-                    event(.remove(key: key, deviceModified: device))
+                    events!.append(.remove(key: key, deviceModified: device))
                 } else {
                     try reader.skipString()
                     if kind == 5 { _ = try reader.signed() }
                 }
             case 3:
-                event?(.deleteDataset)
+                if make { events!.append(.deleteDataset) }
             default:
                 throw DecodeFailure(description: "unknown event kind \(kind)")
             }

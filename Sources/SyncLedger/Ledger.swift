@@ -246,12 +246,31 @@ public final class Ledger: Sendable {
 
     /// The log append and the index entry of `entry`.
     func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64) throws {
-        var stored = ByteWriter(capacity: 40 + body.count)
-        stored.fixed64(id)
-        stored.raw(entry.hash)
-        stored.raw(body)
-        try txn.put(schema.log, key: .bigEndian(entry.sequence), value: stored.bytes, flags: .append)
-        try txn.put(schema.index, key: Schema.indexKey(stream: id, offset: entry.offset), value: .bigEndian(entry.sequence))
+        var buffers = AppendBuffers()
+        try storeLog(txn, entry, body: body, streamID: id, buffers: &buffers)
+    }
+
+    /// Keys and values of log appends, kept across the appends of one merge so that writing an
+    /// entry allocates nothing once they have grown (LMDB copies what it is given).
+    struct AppendBuffers {
+        var sequence = ByteWriter(capacity: 8)
+        var value = ByteWriter(capacity: 512)
+        var index = ByteWriter(capacity: 16)
+    }
+
+    /// ``storeLog(_:_:body:streamID:)`` through reused buffers.
+    func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64, buffers: inout AppendBuffers) throws {
+        buffers.sequence.bytes.removeAll(keepingCapacity: true)
+        buffers.sequence.fixed64(entry.sequence)
+        buffers.value.bytes.removeAll(keepingCapacity: true)
+        buffers.value.fixed64(id)
+        buffers.value.raw(entry.hash)
+        buffers.value.bytes.append(contentsOf: body)
+        buffers.index.bytes.removeAll(keepingCapacity: true)
+        buffers.index.fixed64(id)
+        buffers.index.fixed64(entry.offset)
+        try txn.put(schema.log, key: buffers.sequence.bytes, value: buffers.value.bytes, flags: .append)
+        try txn.put(schema.index, key: buffers.index.bytes, value: buffers.sequence.bytes)
     }
 
     /// The stream head after `entry` (its last stored entry), the name of a new stream, and the

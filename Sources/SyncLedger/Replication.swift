@@ -253,6 +253,7 @@ extension Ledger {
         var sequence = try nextSequence(txn)
         var newStreamID: UInt64?
         var writers: [StreamWriter?] = Array(repeating: nil, count: targets.count)
+        var buffers = AppendBuffers()
         for i in entries.indices where plan[i] {
             let e = entries[i]
             let t = ordinals[i]
@@ -270,7 +271,7 @@ extension Ledger {
             let decoded = try e.entry
             let entry = LogEntry(stream: e.stream, offset: e.offset, sequence: sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: e.hash)
             try apply(entry, to: &writers[t]!.view)
-            try storeLog(txn, entry, body: e.body, streamID: writers[t]!.id)
+            try storeLog(txn, entry, body: e.body, streamID: writers[t]!.id, buffers: &buffers)
             writers[t]!.last = entry
             sequence += 1
         }
