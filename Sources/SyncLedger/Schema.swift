@@ -198,7 +198,10 @@ struct StoredDatasetView: DatasetView {
                 }
             }
         }
-        for (key, record) in changed.sorted(by: { $0.key < $1.key }) {
+        // In key order, for B-tree locality; sorting the keys alone moves far less than
+        // sorting (key, record) pairs.
+        for key in changed.keys.sorted() {
+            let record = changed[key]!
             try txn.put(schema.records, key: Schema.recordKey(stream: streamID, key: key.string), value: record.encoded(fullKey: Schema.isLong(key.string) ? key.string : nil))
         }
         guard let dataset else { return }
