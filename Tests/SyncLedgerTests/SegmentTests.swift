@@ -143,9 +143,15 @@ import SyncLedgerTestSupport
         try await withLedger { ledger in
             try await ledger.put(stream(), ["k": "v"])
             var bytes = try #require(try ledger.feedSegment(after: 0)).encoded()
+            var flagged = bytes
             bytes[9] = 3
             let error = await expectLedgerError(.unsupportedFormat) { _ = try Segment.decode(resealed(bytes)) }
             #expect(error?.message.contains("version 3") == true)
+            // Header flags this version does not define are refused too (byte 12: after the
+            // magic, version, scope and level).
+            flagged[12] |= 0x80
+            let flags = await expectLedgerError(.invalidParameter) { _ = try Segment.decode(resealed(flagged)) }
+            #expect(flags?.message.contains("flags") == true)
         }
     }
 
