@@ -7,6 +7,27 @@ import SyncLedger
 // a ledger of at least MB megabytes of log for the export/import memory check
 // (tools/export-memory).
 let phase = CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : "all"
+if phase == "write1" || phase == "write1fast" {
+    // One caller's updateRecords of one record, each acknowledged before the next.
+    let n = CommandLine.arguments.count > 2 ? Int(CommandLine.arguments[2])! : 2000
+    let dir = "/tmp/slprof-write1"
+    try? FileManager.default.removeItem(atPath: dir)
+    var writeOptions = LedgerOptions()
+    writeOptions.durable = phase == "write1"
+    let w = try Ledger(directory: dir, options: writeOptions)
+    let stream = try StreamName(pool: EventData.pool, identity: EventData.identity(1), dataset: "bench")
+    let token = try w.listRecords(stream).syncSessionToken
+    var count: UInt64 = 0
+    let start = ContinuousClock.now
+    for _ in 0..<n {
+        count = try await w.updateRecords(stream, patches: [RecordPatch(op: .replace, key: "item", value: String(repeating: "v", count: 64), syncCount: count)], sessionToken: token).syncCount
+    }
+    let elapsed = ContinuousClock.now - start
+    print("\(phase): \(n) updates, \(elapsed / n) each")
+    w.close()
+    try? FileManager.default.removeItem(atPath: dir)
+    exit(0)
+}
 if phase == "bigledger" {
     let directory = CommandLine.arguments[2]
     let megabytes = Int(CommandLine.arguments[3])!

@@ -121,7 +121,8 @@ public final class Ledger: Sendable {
         self.tokenKey = SymmetricKey(data: key)
         // In durable mode a group waits up to 1 ms for the previous group's callers to return:
         // an fsync costs about that much, so fuller groups mean fewer fsyncs per write.
-        self.writer = GroupCommitWriter(environment: env, gatherWindow: options.durable ? .milliseconds(1) : .zero)
+        self.writer = GroupCommitWriter(environment: env, gatherWindow: options.durable ? .milliseconds(1) : .zero,
+                                        idleSpin: options.durable ? .zero : .microseconds(200))
     }
 
     /// Finishes queued writes, stores the session counts and stops the writer. Later writes fail
