@@ -81,23 +81,6 @@ extension Zstd {
         dictionary.withUnsafeBytes { ZDICT_getDictID($0.baseAddress, $0.count) }
     }
 
-    /// Compresses `input` as one frame with `dictionary` (`ZSTD_compress_usingDict`).
-    public static func compress(_ input: [UInt8], level: Int32 = 3, dictionary: [UInt8]) throws -> [UInt8] {
-        guard let context = ZSTD_createCCtx() else { throw ZstdError(description: "compress: out of memory") }
-        defer { ZSTD_freeCCtx(context) }
-        let bound = ZSTD_compressBound(input.count)
-        var output = [UInt8](repeating: 0, count: bound)
-        let written = try input.withUnsafeBytes { source in
-            try dictionary.withUnsafeBytes { dict in
-                try output.withUnsafeMutableBytes { destination in
-                    try checkZstd(ZSTD_compress_usingDict(context, destination.baseAddress, bound, source.baseAddress, source.count, dict.baseAddress, dict.count, level), "compress with a dictionary")
-                }
-            }
-        }
-        output.removeSubrange(written...)
-        return output
-    }
-
     /// Decompresses one frame made with `dictionary`, refusing output over `limit` bytes.
     public static func decompress(_ input: [UInt8], limit: Int, dictionary: [UInt8]) throws -> [UInt8] {
         try decompress(input[...], limit: limit, dictionary: dictionary)
@@ -121,8 +104,7 @@ extension Zstd {
 }
 
 /// Compresses input handed over in pieces into one zstd frame of a size declared up front
-/// (`ZSTD_compressStream2`), appended to an output array that may already hold a prefix (a
-/// file header). The caller stages its input in buffers of its own (say 128 KiB, reused) and
+/// (`ZSTD_compressStream2`). The caller stages its input in buffers of its own (say 128 KiB, reused) and
 /// hands each one over full, so a large frame never needs its whole input in one buffer.
 public final class ZstdFrameWriter {
     private let context: OpaquePointer
@@ -132,13 +114,13 @@ public final class ZstdFrameWriter {
     private var consumed = 0
 
     /// A writer of a frame of exactly `contentSize` input bytes at `level`, with `dictionary`
-    /// if given, appending to `prefix`.
-    public init(level: Int32, contentSize: Int, dictionary: [UInt8]? = nil, prefix: [UInt8] = []) throws {
+    /// if given.
+    public init(level: Int32, contentSize: Int, dictionary: [UInt8]? = nil) throws {
         guard let context = ZSTD_createCCtx() else { throw ZstdError(description: "compress: out of memory") }
         self.context = context
         chunk = [UInt8](repeating: 0, count: ZSTD_CStreamOutSize())
-        output = prefix
-        output.reserveCapacity(prefix.count + contentSize / 8 + 1024)
+        output = []
+        output.reserveCapacity(contentSize / 8 + 1024)
         declared = contentSize
         // On a throw from here on, deinit frees the context.
         _ = try checkZstd(ZSTD_CCtx_setParameter(context, ZSTD_c_compressionLevel, level), "compression level")
@@ -157,8 +139,7 @@ public final class ZstdFrameWriter {
         try compress(input, end: false)
     }
 
-    /// Compresses the last piece of input (possibly empty), ends the frame, and returns the
-    /// prefix followed by it.
+    /// Compresses the last piece of input (possibly empty), ends the frame, and returns it.
     /// - Throws: ``ZstdError`` when the input was not exactly the declared size.
     public func finish(_ input: [UInt8] = []) throws -> [UInt8] {
         try compress(input, end: true)

@@ -103,11 +103,8 @@ public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertibl
     public func hash(into hasher: inout Hasher) { hasher.combine(contentsOf: storage.key) }
     public static func < (a: Self, b: Self) -> Bool { a.key.lexicographicallyPrecedes(b.key) }
 
-    /// Whether `other` is this very value (the same storage), not only an equal one: a cheap
-    /// first test where names mostly come from one source.
-    func isSameInstance(as other: StreamName) -> Bool { storage === other.storage }
-
-    /// An identifier of this value's storage, equal for copies of it (see ``isSameInstance(as:)``).
+    /// An identifier of this value's storage, equal for copies of it: a cheap first test where
+    /// names mostly come from one source (see `StreamNumbering`).
     var instanceID: ObjectIdentifier { ObjectIdentifier(storage) }
 
     /// The storage key and canonical form: the three UTF-8 names separated by NUL bytes

@@ -136,15 +136,6 @@ extension Ledger {
         return Array(bytes[8..<40])
     }
 
-    /// The stored entry at `offset` of a stream, or nil.
-    func entryAt(_ txn: Transaction, streamID: UInt64, stream: StreamName, offset: UInt64) throws -> LogEntry? {
-        guard let seq = try txn.get(schema.index, key: Schema.indexKey(stream: streamID, offset: offset)) else { return nil }
-        guard let bytes = try txn.get(schema.log, key: .bigEndian(seq.bigEndianUInt64())) else {
-            throw LedgerError(.corruptData, "the index names sequence \(seq.bigEndianUInt64()), which the log lacks", stream: stream, offset: offset)
-        }
-        return try decodeEntry(bytes, sequence: seq.bigEndianUInt64(), stream: stream, txn: txn).0
-    }
-
     // MARK: Merge
 
     /// Applies a segment's entries to this ledger, all or nothing, in one group commit.
@@ -193,8 +184,7 @@ extension Ledger {
             var hash: [UInt8]
         }
         var targets: [Target] = []
-        var byInstance: [ObjectIdentifier: Int] = [:]
-        var byName: [StreamName: Int] = [:]
+        var numbering = StreamNumbering()
         var ordinals: [Int] = []
         ordinals.reserveCapacity(segment.entries.count)
         var plan: [Bool] = []  // true: apply
@@ -207,18 +197,10 @@ extension Ledger {
         let entries = segment.entries
         for i in entries.indices {
             let stream = entries[i].stream
-            let t: Int
-            if let known = byInstance[stream.instanceID] {
-                t = known
-            } else if let known = byName[stream] {
-                t = known
-                byInstance[stream.instanceID] = t
-            } else {
+            let (t, isNew) = numbering.ordinal(of: stream)
+            if isNew {
                 let stored = try self.head(txn, stream)
-                t = targets.count
                 targets.append(Target(stored: stored, offset: stored?.offset ?? 0, hash: stored?.hash ?? LogEntry.genesisHash))
-                byName[stream] = t
-                byInstance[stream.instanceID] = t
             }
             ordinals.append(t)
             let head = targets[t]

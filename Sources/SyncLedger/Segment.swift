@@ -105,7 +105,7 @@ public struct Segment: Sendable, Equatable {
     }
 
     private func layout() -> Layout {
-        func varintSize(_ value: Int) -> Int { value < 0x80 ? 1 : (64 - UInt64(value).leadingZeroBitCount + 6) / 7 }
+        func varintSize(_ value: Int) -> Int { varintSize(UInt64(value)) }
         func varintSize(_ value: UInt64) -> Int { value < 0x80 ? 1 : (64 - value.leadingZeroBitCount + 6) / 7 }
         var size = 0
         guard case .feed = scope else {
@@ -114,28 +114,15 @@ public struct Segment: Sendable, Equatable {
             }
             return Layout(flags: [], size: size)
         }
-        // Number the streams (entries of one stream mostly share one `StreamName` instance, so
-        // a name is hashed once per instance), then mark each stream's first and last entry.
-        var byInstance: [ObjectIdentifier: Int] = [:]
-        var byName: [StreamName: Int] = [:]
+        // Number the streams, then mark each stream's first and last entry.
+        var numbering = StreamNumbering()
         var lastEntry: [Int] = []
         var flags = [UInt8](repeating: 0, count: entries.count)
         for i in entries.indices {
-            let id = entries[i].stream.instanceID
-            let ordinal: Int
-            if let known = byInstance[id] {
-                ordinal = known
-            } else {
-                let stream = entries[i].stream
-                if let known = byName[stream] {
-                    ordinal = known
-                } else {
-                    ordinal = lastEntry.count
-                    byName[stream] = ordinal
-                    lastEntry.append(i)
-                    flags[i] = 1
-                }
-                byInstance[id] = ordinal
+            let (ordinal, isNew) = numbering.ordinal(of: entries[i].stream)
+            if isNew {
+                lastEntry.append(i)
+                flags[i] = 1
             }
             lastEntry[ordinal] = i
             let e = entries[i]
@@ -453,4 +440,22 @@ private struct FrameSink: EntrySink {
     }
 
     consuming func finish() throws -> [UInt8] { try writer.finish(staging) }
+}
+
+/// Numbers the distinct streams of a run of entries in order of first appearance. Entries of one
+/// stream mostly share one `StreamName` instance, so a name's bytes are hashed once per
+/// instance, not once per entry.
+struct StreamNumbering {
+    private var byInstance: [ObjectIdentifier: Int] = [:]
+    private var byName: [StreamName: Int] = [:]
+
+    /// The ordinal of `stream`, and whether this is its first appearance.
+    mutating func ordinal(of stream: StreamName) -> (ordinal: Int, isNew: Bool) {
+        if let known = byInstance[stream.instanceID] { return (known, false) }
+        let known = byName[stream]
+        let ordinal = known ?? byName.count
+        if known == nil { byName[stream] = ordinal }
+        byInstance[stream.instanceID] = ordinal
+        return (ordinal, known == nil)
+    }
 }

@@ -159,17 +159,16 @@ final class WireRatioFixture: MeasuredFixture {
         artifact = try await FeedSource.artifact()
         let pulled = try Segment.decode(try readBytes(artifact.file("pull.slseg")))
         let all = Segment(scope: .feed, entries: pulled.entries, compressionLevel: 3)
-        func payloadSize(_ count: Int) throws -> Int {
-            let encoded = try Segment(scope: .feed, entries: Array(all.entries.prefix(count)), compressionLevel: all.compressionLevel).encoded()
-            return Int(try Segment.decode(encoded).uncompressedSize)
+        func payloadSize(_ count: Int) -> Int {
+            Segment(scope: .feed, entries: Array(all.entries.prefix(count)), compressionLevel: all.compressionLevel).payloadSize
         }
         var count = all.entries.count
-        if try payloadSize(count) > minimumPayload {
+        if payloadSize(count) > minimumPayload {
             // The fewest entries whose payload reaches the minimum (binary search).
             var low = 1, high = count
             while low < high {
                 let middle = (low + high) / 2
-                if try payloadSize(middle) >= minimumPayload { high = middle } else { low = middle + 1 }
+                if payloadSize(middle) >= minimumPayload { high = middle } else { low = middle + 1 }
             }
             count = low
         }
@@ -215,15 +214,15 @@ final class StreamWireRatioFixture: MeasuredFixture {
         func segment(_ count: Int) -> Segment {
             Segment(scope: source.scope, previousHash: source.previousHash, entries: Array(source.entries.prefix(count)), compressionLevel: 3)
         }
-        func payloadSize(_ count: Int) throws -> Int { Int(try Segment.decode(try segment(count).encoded()).uncompressedSize) }
+        func payloadSize(_ count: Int) -> Int { segment(count).payloadSize }
         var low = 1, high = source.entries.count
-        guard try payloadSize(high) >= minimumPayload else { throw HarnessError("stream.slseg holds less than \(minimumPayload) bytes") }
+        guard payloadSize(high) >= minimumPayload else { throw HarnessError("stream.slseg holds less than \(minimumPayload) bytes") }
         while low < high {
             let middle = (low + high) / 2
-            if try payloadSize(middle) >= minimumPayload { high = middle } else { low = middle + 1 }
+            if payloadSize(middle) >= minimumPayload { high = middle } else { low = middle + 1 }
         }
         withoutDictionary = segment(low)
-        payloadBytes = try payloadSize(low)
+        payloadBytes = payloadSize(low)
         var with = segment(low)
         with.dictionary = (info.dictionaryID, dictionary)
         withDictionary = with
