@@ -51,7 +51,7 @@ public final class Environment: @unchecked Sendable {
             try check(mdb_env_set_mapsize(env, options.initialMapSize))
             var flags = UInt32(MDB_NOTLS)
             if !options.durable { flags |= UInt32(MDB_NOSYNC) }
-            try check(mdb_env_open(env, path, flags, 0o644))
+            try check(mdb_env_open(env, path, flags, 0o600))  // owner only: the files hold users' data
         } catch {
             mdb_env_close(env)
             throw error

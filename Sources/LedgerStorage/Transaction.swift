@@ -23,6 +23,10 @@ public final class Transaction {
     /// Whether this is a read-only transaction.
     public let readOnly: Bool
     private var isOpen = true
+    /// Changes made through this transaction so far (puts, deletes, drops, and the changes of
+    /// committed nested transactions). The group-commit writer compares it before and after a
+    /// job to know whether a job that failed had written anything.
+    public private(set) var changes = 0
 
     init(handle: OpaquePointer, environment: Environment, readOnly: Bool) {
         self.handle = handle
@@ -35,6 +39,8 @@ public final class Transaction {
         isOpen = false
         try check(mdb_txn_commit(handle))
     }
+
+    func countChange() { changes += 1 }
 
     func abort() {
         guard isOpen else { return }
@@ -50,6 +56,7 @@ public final class Transaction {
         do {
             let value = try body(child)
             try child.commit()
+            changes += child.changes
             return value
         } catch {
             child.abort()
@@ -89,6 +96,7 @@ public final class Transaction {
                 return mdb_put(handle, db.dbi, &k, &v, flags.rawValue)
             }
         }
+        changes += 1
         try check(code)
     }
 
@@ -100,12 +108,14 @@ public final class Transaction {
             return mdb_del(handle, db.dbi, &k, nil)
         }
         if code == MDB_NOTFOUND { return false }
+        changes += 1
         try check(code)
         return true
     }
 
     /// Deletes every key of `db` (the database itself stays).
     public func removeAll(_ db: Database) throws {
+        changes += 1
         try check(mdb_drop(handle, db.dbi, 0))
     }
 
@@ -122,7 +132,7 @@ public final class Transaction {
         try check(mdb_cursor_open(handle, db.dbi, &cursor))
         guard let cursor else { throw LMDBError.badTransaction }
         defer { mdb_cursor_close(cursor) }
-        return try body(Cursor(handle: cursor))
+        return try body(Cursor(handle: cursor, transaction: self))
     }
 }
 
@@ -131,6 +141,8 @@ public final class Transaction {
 /// Each move returns the key and value at the new position (copied), or nil past either end.
 public struct Cursor: ~Copyable {
     let handle: OpaquePointer
+    /// The transaction it belongs to (which counts the cursor's deletes as changes).
+    let transaction: Transaction
 
     /// A key/value pair read through a cursor.
     public typealias Pair = (key: [UInt8], value: [UInt8])
@@ -170,6 +182,7 @@ public struct Cursor: ~Copyable {
 
     /// Deletes the pair at the cursor; the next ``next()`` returns the pair after it.
     public func deleteCurrent() throws {
+        transaction.countChange()
         try check(mdb_cursor_del(handle, 0))
     }
 }

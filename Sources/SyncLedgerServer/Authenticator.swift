@@ -164,7 +164,7 @@ struct Authenticator: Sendable {
     private func lookup(_ accessKeyID: String) throws -> Credential {
         if accessKeyID == admin.accessKeyID { return admin }
         let found: Credential?
-        do { found = try ledger.credential(accessKeyID: accessKeyID) } catch {
+        do { found = try ledger.secrets.credential(accessKeyID: accessKeyID) } catch {
             throw WireError.internalError("could not read credentials: \(error)")
         }
         guard let credential = found else {

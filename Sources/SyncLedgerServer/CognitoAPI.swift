@@ -79,7 +79,7 @@ struct CognitoAPI: Sendable {
         }
     }
 
-    private func caller(_ credential: Credential) -> String {
+    func caller(_ credential: Credential) -> String {
         switch credential.scope {
         case .admin: "admin:\(credential.accessKeyID)"
         case .identity(_, let identity): identity

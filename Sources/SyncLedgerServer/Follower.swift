@@ -101,7 +101,10 @@ struct Follower: Sendable {
             status.state.withLock { $0.caughtUpAt = Date(); $0.lastError = nil }
             return false
         case 200:
-            let report = try await ledger.mergeFromLeader(try ledger.decodeSegment(body))
+            guard let leaderID = headers.first(name: "x-syncledger-ledger-id"), !leaderID.isEmpty else {
+                throw WireError(type: "ReplicationError", status: 502, message: "the leader's answer does not name its ledger (x-syncledger-ledger-id)")
+            }
+            let report = try await ledger.mergeFromLeader(try ledger.decodeSegment(body), leaderID: leaderID)
             status.state.withLock { state in
                 state.checkpoint = report.lastSourceSequence
                 state.lastError = nil

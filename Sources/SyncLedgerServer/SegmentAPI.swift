@@ -37,10 +37,10 @@ extension CognitoAPI {
         }
         let maxBytes = Int(min(try number("maxBytes", default: 1 << 20), 64 << 20))
         let last = try ledger.lastSequence
-        let lastHeader = ("x-syncledger-last-sequence", "\(last)")
+        let sourceHeaders = [("x-syncledger-last-sequence", "\(last)"), ("x-syncledger-ledger-id", ledger.id)]
         func segmentResponse(_ segment: Segment?) throws -> WireResponse {
-            guard let segment else { return WireResponse(status: 204, headers: [lastHeader], body: []) }
-            return WireResponse(status: 200, headers: [("content-type", segmentContentType), lastHeader], body: try segment.encoded())
+            guard let segment else { return WireResponse(status: 204, headers: sourceHeaders, body: []) }
+            return WireResponse(status: 200, headers: [("content-type", segmentContentType)] + sourceHeaders, body: try segment.encoded())
         }
         switch (request.method, segments.count) {
         case ("GET", 2) where segments[1] == "feed":
@@ -74,7 +74,7 @@ extension CognitoAPI {
                     if case .identity(_, let identity) = credential.scope { return identity }
                     return "admin:\(credential.accessKeyID)"
                 }()
-                let report = try await ledger.mergeOffline(segment, deviceID: device, partial: partial)
+                let report = try await ledger.mergeOffline(segment, deviceID: device, caller: caller(credential), partial: partial)
                 var w = JSONWriter()
                 w.beginObject()
                 w.member("FastForward", bool: report.fastForward)

@@ -46,7 +46,7 @@ public enum SyncLedgerServer {
         if let id = configuration.adminAccessKeyID, let secret = configuration.adminSecretAccessKey, !id.isEmpty, !secret.isEmpty {
             admin = Credential(accessKeyID: id, secretAccessKey: secret, scope: .admin)
         } else {
-            let (stored, created) = try await ledger.adminCredential()
+            let (stored, created) = try ledger.secrets.generatedAdminCredential()
             admin = stored
             if created {
                 say("""

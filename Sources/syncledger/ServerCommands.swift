@@ -52,7 +52,7 @@ struct Credentials: AsyncParsableCommand {
             let ledger = try data.open()
             defer { ledger.close() }
             let credential = Credential.generate(scope: .identity(pool: poolID.rawValue, identity: identityID.rawValue), withSessionToken: sessionToken)
-            try await ledger.storeCredential(credential)
+            try ledger.secrets.store(credential)
             var object: [String: String] = [
                 "AccessKeyId": credential.accessKeyID, "SecretAccessKey": credential.secretAccessKey,
                 "IdentityPoolId": poolID.rawValue, "IdentityId": identityID.rawValue,

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Crypto
 import LedgerStorage
 
@@ -146,14 +147,22 @@ extension Ledger {
 
     /// Adds the pending session counts to the stored ones. The counts leave memory inside the
     /// writer's transaction, so a reader on the writer thread (``poolUsage(_:)``) sees each
-    /// session exactly once.
+    /// session exactly once. A group that is run again (a job beside it failed, the map grew)
+    /// runs this job again: it writes the counts it took the first time, so none are lost or
+    /// counted twice; if its group fails for good, they go back to the pending counts.
     func flushSessionCounts(wait: Bool) {
         let schema = self.schema
         let pendingSessions = self.pendingSessions
+        let taken = Mutex<[String: UInt64]?>(nil)
         let job: @Sendable (LedgerStorage.Transaction) throws -> Void = { txn in
-            let counts = pendingSessions.withLock { pending -> [String: UInt64] in
-                defer { pending.removeAll() }
-                return pending
+            let counts = taken.withLock { once -> [String: UInt64] in
+                if let once { return once }
+                let drained = pendingSessions.withLock { pending -> [String: UInt64] in
+                    defer { pending.removeAll() }
+                    return pending
+                }
+                once = drained
+                return drained
             }
             for (pool, count) in counts {
                 let key = Array(pool.utf8)
@@ -161,10 +170,18 @@ extension Ledger {
                 try txn.put(schema.sessions, key: key, value: .bigEndian(stored + count))
             }
         }
-        if wait {
-            _ = try? writer.performBlocking(job)
+        let restore: @Sendable ((any Error)?) -> Void = { error in
+            guard error != nil, let counts = taken.withLock({ $0 }) else { return }
+            pendingSessions.withLock { pending in
+                for (pool, count) in counts { pending[pool, default: 0] += count }
+            }
+        }
+        if wait, !writer.isWriterThread {
+            let failure: (any Error)?
+            do { try writer.performBlocking(job); failure = nil } catch { failure = error }
+            restore(failure)
         } else {
-            writer.submit(.init(run: job, finish: { _ in }))
+            writer.submit(.init(run: job, finish: restore))
         }
     }
 

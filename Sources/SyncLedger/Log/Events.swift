@@ -60,8 +60,11 @@ public struct LogEntry: Hashable, Sendable {
     public let sequence: UInt64
     /// The server's time when it was committed.
     public let time: Timestamp
-    /// Who made it: the device id, or the caller when no device was named.
+    /// Who made it: the authenticated caller (an identity id, `admin:<access key>`, `cli`, …),
+    /// set by the server, never taken from the client.
     public let author: String
+    /// The device the caller wrote from (Cognito's `DeviceId`), when it named one.
+    public let device: String?
     /// The changes, applied in order.
     public let events: [Event]
     /// SHA-256 of the previous entry's hash and this entry's canonical bytes.
@@ -70,15 +73,30 @@ public struct LogEntry: Hashable, Sendable {
     /// The hash that precedes the first entry of every stream: 32 zero bytes.
     public static let genesisHash = [UInt8](repeating: 0, count: 32)
 
-    static let bodyVersion: UInt8 = 1
+    /// A log entry.
+    public init(stream: StreamName, offset: UInt64, sequence: UInt64, time: Timestamp, author: String, device: String? = nil, events: [Event], hash: [UInt8]) {
+        self.stream = stream
+        self.offset = offset
+        self.sequence = sequence
+        self.time = time
+        self.author = author
+        self.device = device
+        self.events = events
+        self.hash = hash
+    }
 
-    /// The canonical body: version, offset, time, author, events.
-    static func encodeBody(offset: UInt64, time: Timestamp, author: String, events: [Event]) -> [UInt8] {
-        var w = ByteWriter(capacity: 32 + author.utf8.count + events.count * 24)
-        w.byte(bodyVersion)
+    /// Body version 1: no device. Version 2 adds the device after the author; it is written only
+    /// for entries that name a device, so entries without one keep the shorter form.
+    static let bodyVersions: ClosedRange<UInt8> = 1...2
+
+    /// The canonical body: version, offset, time, author, [device], events.
+    static func encodeBody(offset: UInt64, time: Timestamp, author: String, device: String? = nil, events: [Event]) -> [UInt8] {
+        var w = ByteWriter(capacity: 32 + author.utf8.count + (device?.utf8.count ?? 0) + events.count * 24)
+        w.byte(device == nil ? 1 : 2)
         w.varint(offset)
         w.signed(time.milliseconds)
         w.string(author)
+        if let device { w.string(device) }
         w.varint(UInt64(events.count))
         for event in events {
             switch event {
@@ -98,39 +116,44 @@ public struct LogEntry: Hashable, Sendable {
         return w.bytes
     }
 
-    /// Decodes a body written by ``encodeBody(offset:time:author:events:)``.
-    static func decodeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String, events: [Event]) {
+    /// Decodes a body written by ``encodeBody(offset:time:author:device:events:)``.
+    static func decodeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String, device: String?, events: [Event]) {
         var events: [Event]? = []
-        let (offset, time, author) = try walkBody(&reader, events: &events)
-        return (offset, time, author ?? "", events ?? [])
+        let head = try walkBody(&reader, events: &events)
+        return (head.offset, head.time, head.author ?? "", head.device, events ?? [])
     }
 
-    /// The offset of a body, read without checking the rest of it (a stored body, passed
-    /// through).
+    /// The offset and time of a body, read without checking the rest of it (a stored body,
+    /// passed through).
     static func peekOffset(_ reader: inout ByteReader) throws(DecodeFailure) -> UInt64 {
         let version = try reader.byte()
-        guard version == bodyVersion else { throw DecodeFailure(description: "unknown entry body version \(version)") }
+        guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
         return try reader.varint()
     }
 
     /// Checks a body as ``decodeBody(_:)`` would decode it — the same checks, every string's
     /// UTF-8 included — without making its strings and events. Returns its offset.
-    static func checkBody(_ reader: inout ByteReader) throws(DecodeFailure) -> UInt64 {
+    static func checkBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp) {
         var none: [Event]?
-        return try walkBody(&reader, events: &none).offset
+        let head = try walkBody(&reader, events: &none)
+        return (head.offset, head.time)
     }
 
     /// The one reader of the body format: with `events` non-nil, makes the author and appends
     /// every event to it; with nil, only checks them.
-    private static func walkBody(_ reader: inout ByteReader, events: inout [Event]?) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String?) {
+    private static func walkBody(_ reader: inout ByteReader, events: inout [Event]?) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String?, device: String?) {
         let version = try reader.byte()
-        guard version == bodyVersion else { throw DecodeFailure(description: "unknown entry body version \(version)") }
+        guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
         let offset = try reader.varint()
         guard offset >= 1 else { throw DecodeFailure(description: "offset 0") }
         let time = Timestamp(milliseconds: try reader.signed())
         let make = events != nil
         var author: String?
+        var device: String?
         if make { author = try reader.string() } else { try reader.skipString() }
+        if version == 2 {
+            if make { device = try reader.string() } else { try reader.skipString() }
+        }
         let count = try reader.varint()
         guard count <= UInt64(reader.remaining) else { throw DecodeFailure(description: "event count \(count) exceeds the entry's size") }
         if make { events!.reserveCapacity(Int(count)) }
@@ -163,7 +186,7 @@ public struct LogEntry: Hashable, Sendable {
                 throw DecodeFailure(description: "unknown event kind \(kind)")
             }
         }
-        return (offset, time, author)
+        return (offset, time, author, device)
     }
 
     /// `SHA-256(previousHash ‖ len(name) ‖ name ‖ body)`.

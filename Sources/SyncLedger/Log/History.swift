@@ -145,4 +145,42 @@ extension Ledger {
             return result
         }
     }
+
+    /// Calls `body` for each stream whose key starts with `prefix`, from `start` on, in key
+    /// order, until it returns false.
+    func forEachStream(_ txn: Transaction, prefix: [UInt8], from start: [UInt8]? = nil, _ body: (StreamName, StreamHead) throws -> Bool) throws {
+        try txn.withCursor(schema.streams) { cursor in
+            var pair = try cursor.seek(atLeast: start ?? prefix)
+            while let current = pair, current.key.starts(with: prefix) {
+                let stream = try StreamName(key: current.key)
+                let head: StreamHead
+                do { head = try StreamHead(decoding: current.value) } catch {
+                    throw LedgerError(.corruptData, "stream head does not decode: \(error)", stream: stream)
+                }
+                guard try body(stream, head) else { return }
+                pair = try cursor.next()
+            }
+        }
+    }
+
+    /// Every pool that has a stream, in id order: one seek per pool, however many streams each
+    /// holds (the stream keys of a pool share the prefix `pool ␀`, and no id holds a byte below
+    /// `␁`).
+    func poolsWithStreams() throws -> [IdentityPoolID] {
+        try read { txn in
+            try txn.withCursor(schema.streams) { cursor in
+                var pools: [IdentityPoolID] = []
+                var pair = try cursor.first()
+                while let current = pair {
+                    guard let end = current.key.firstIndex(of: 0) else {
+                        throw LedgerError(.corruptData, "a stream key has no separator")
+                    }
+                    let name = Array(current.key[..<end])
+                    pools.append(try IdentityPoolID(String(decoding: name, as: UTF8.self)))
+                    pair = try cursor.seek(atLeast: name + [1])
+                }
+                return pools
+            }
+        }
+    }
 }

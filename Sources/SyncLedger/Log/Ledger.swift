@@ -21,8 +21,8 @@ final class PendingSessions: Sendable {
     func withLock<T: Sendable>(_ body: (inout [String: UInt64]) -> T) -> T { counts.withLock { body(&$0) } }
 }
 
-/// Cognito Sync's limits, configurable. Exceeding one is a `.limitExceeded` error and nothing
-/// is written.
+/// Cognito Sync's limits, and SyncLedger's own bounds, configurable. Exceeding one is a
+/// `.limitExceeded` error and nothing is written.
 public struct Limits: Sendable, Equatable {
     /// UTF-8 bytes of keys and values in one dataset (default 1 MB).
     public var maxDatasetBytes: UInt64 = 1_048_576
@@ -34,6 +34,14 @@ public struct Limits: Sendable, Equatable {
     public var maxKeyLength: Int = 1024
     /// Characters (UTF-16 code units) of a record value (default 1,048,575).
     public var maxValueLength: Int = 1_048_575
+    /// Removed-record markers (tombstones) one dataset keeps (default 10,240). Every removal
+    /// leaves one, so that devices learn of it; deleting the dataset clears them.
+    public var maxTombstonesPerDataset: UInt64 = 10_240
+    /// Devices one identity may register (default 100).
+    public var maxDevicesPerIdentity: Int = 100
+    /// Dataset names one identity may use over its life, deleted datasets included (default
+    /// 1,000): bounds what creating and deleting datasets can pile up.
+    public var maxDatasetNamesPerIdentity: Int = 1000
 
     /// Cognito's defaults.
     public init() {}
@@ -53,6 +61,12 @@ public struct LedgerOptions: Sendable {
     public var initialMapSize: Int = 256 << 20
     /// The clock for server times and token expiry (tests may set their own).
     public var clock: @Sendable () -> Timestamp = { .now }
+    /// `true` (default): make the data directory and an empty ledger when there is none.
+    /// `false`: refuse with `.notFound` — what read-only tools want, so that a mistyped path is
+    /// an error rather than an empty ledger.
+    public var createIfMissing = true
+    /// Where the secrets live (see ``SecretStore``); nil: `secrets` inside the data directory.
+    public var secretsDirectory: String?
 
     /// The defaults: durable, Cognito's limits, 10-minute sessions.
     public init() {}
@@ -70,7 +84,12 @@ public final class Ledger: Sendable {
     let writer: GroupCommitWriter
     /// The options this ledger was opened with.
     public let options: LedgerOptions
+    /// Access keys and the token key, kept apart from the log.
+    public let secrets: SecretStore
     let tokenKey: SymmetricKey
+    /// This ledger's random id (hex), made when it was created: a follower notices when a
+    /// different ledger answers at its leader's address. Not a secret; never replicated.
+    public let id: String
     /// Sync sessions issued but not yet counted on disk, by pool.
     let pendingSessions = PendingSessions()
     /// zstd dictionaries read so far, by id.
@@ -79,16 +98,22 @@ public final class Ledger: Sendable {
     /// The data directory.
     public var directory: String { environment.path }
 
-    /// Opens (creating if needed) the ledger in `directory`.
+    /// Opens (creating if needed, unless ``LedgerOptions/createIfMissing`` is false) the ledger
+    /// in `directory`. A directory written by the previous format is migrated: its secrets move
+    /// to the ``SecretStore`` and its views are rebuilt.
     ///
-    /// - Throws: ``LedgerError`` `.unsupportedFormat` when the directory was written by a newer
-    ///   version, `.storage` when it cannot be opened (with the path and LMDB's reason).
+    /// - Throws: ``LedgerError`` `.notFound` when there is no ledger and it may not create one;
+    ///   `.unsupportedFormat` when the directory was written by a newer version; `.storage` when
+    ///   it cannot be opened (with the path and the reason).
     public init(directory: String, options: LedgerOptions = LedgerOptions()) throws {
-        do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        } catch {
-            throw LedgerError(.storage, "cannot create the data directory \(directory): \(error.localizedDescription)", underlying: error)
+        if !options.createIfMissing, !FileManager.default.fileExists(atPath: directory + "/data.mdb") {
+            var isDirectory: ObjCBool = false
+            let exists = FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory)
+            throw LedgerError(.notFound, exists && isDirectory.boolValue
+                ? "\(directory) holds no ledger (no data.mdb); check --data"
+                : "there is no ledger at \(directory): \(exists ? "it is not a directory" : "no such directory"); check --data")
         }
+        try makePrivateDirectory(directory, what: "the data directory")
         var envOptions = EnvironmentOptions()
         envOptions.durable = options.durable
         envOptions.initialMapSize = options.initialMapSize
@@ -98,31 +123,67 @@ public final class Ledger: Sendable {
         } catch {
             throw LedgerError(.storage, "cannot open the ledger in \(directory): \(error)", underlying: error)
         }
-        let schema = try Schema(environment: env)
-        let key = try env.write { txn -> [UInt8] in
-            if let stored = try txn.get(schema.meta, key: Array("format".utf8)) {
-                let version = stored.bigEndianUInt64()
-                guard stored.count == 8, version <= Schema.formatVersion else {
-                    throw LedgerError(.unsupportedFormat, "\(directory) holds format version \(version); this SyncLedger reads up to \(Schema.formatVersion)")
-                }
-            } else {
-                try txn.put(schema.meta, key: Array("format".utf8), value: .bigEndian(Schema.formatVersion))
-            }
-            if let stored = try txn.get(schema.meta, key: Array("hmac-key".utf8)), stored.count == 32 {
-                return stored
-            }
-            let fresh = SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
-            try txn.put(schema.meta, key: Array("hmac-key".utf8), value: fresh)
-            return fresh
+        let schema: Schema
+        do { schema = try Schema(environment: env) } catch {
+            throw LedgerError(.storage, "cannot open the ledger in \(directory): \(error)", underlying: error)
         }
+        let secrets = try SecretStore(directory: options.secretsDirectory ?? directory + "/secrets")
+        let (version, ledgerID) = try Self.prepare(env, schema, secrets, directory: directory)
         self.environment = env
         self.schema = schema
         self.options = options
-        self.tokenKey = SymmetricKey(data: key)
+        self.secrets = secrets
+        self.tokenKey = try secrets.tokenKey()
+        self.id = ledgerID
         // In durable mode a group waits up to 1 ms for the previous group's callers to return:
         // an fsync costs about that much, so fuller groups mean fewer fsyncs per write.
         self.writer = GroupCommitWriter(environment: env, gatherWindow: options.durable ? .milliseconds(1) : .zero,
                                         idleSpin: options.durable ? .zero : .microseconds(200))
+        if version < Schema.formatVersion {
+            try writer.performBlocking { [self] txn in
+                try self.rebuildViews(txn)
+                try txn.put(schema.meta, key: Array("format".utf8), value: .bigEndian(Schema.formatVersion))
+            }
+        }
+    }
+
+    /// Checks the format version, moves a format-1 directory's secrets to `secrets`, and makes
+    /// the ledger id. Returns the stored format version (the current one for a new ledger) and
+    /// the id.
+    private static func prepare(_ env: Environment, _ schema: Schema, _ secrets: SecretStore, directory: String) throws -> (UInt64, String) {
+        let format = Array("format".utf8), legacyKey = Array("hmac-key".utf8), legacyAdmin = Array("admin-access-key".utf8)
+        // Secrets of a format-1 directory go to the secret store first (idempotent), then leave.
+        let legacy = try env.read { txn -> (key: [UInt8]?, admin: [UInt8]?, credentials: [Cursor.Pair]) in
+            let credentials = try txn.withCursor(schema.legacyCredentials) { cursor in
+                var pairs: [Cursor.Pair] = []
+                var pair = try cursor.first()
+                while let current = pair { pairs.append(current); pair = try cursor.next() }
+                return pairs
+            }
+            return (try txn.get(schema.meta, key: legacyKey), try txn.get(schema.meta, key: legacyAdmin), credentials)
+        }
+        if let key = legacy.key, key.count == 32 { try secrets.adoptTokenKey(key) }
+        if !legacy.credentials.isEmpty || legacy.admin != nil { try secrets.adopt(legacy.credentials, generatedAdmin: legacy.admin) }
+        return try env.write { txn -> (UInt64, String) in
+            let version: UInt64
+            if let stored = try txn.get(schema.meta, key: format) {
+                version = stored.bigEndianUInt64()
+                guard stored.count == 8, version <= Schema.formatVersion else {
+                    throw LedgerError(.unsupportedFormat, "\(directory) holds format version \(version); this SyncLedger reads up to \(Schema.formatVersion)")
+                }
+            } else {
+                version = Schema.formatVersion
+                try txn.put(schema.meta, key: format, value: .bigEndian(version))
+            }
+            try txn.delete(schema.meta, key: legacyKey)
+            try txn.delete(schema.meta, key: legacyAdmin)
+            if !legacy.credentials.isEmpty { try txn.removeAll(schema.legacyCredentials) }
+            let idKey = Array("ledger-id".utf8)
+            if let stored = try txn.get(schema.meta, key: idKey) { return (version, String(decoding: stored, as: UTF8.self)) }
+            let fresh = SymmetricKey(size: .bits128).withUnsafeBytes { bytes in bytes.map { String(format: "%02x", $0) }.joined() }
+            try txn.put(schema.meta, key: idKey, value: Array(fresh.utf8))
+            return (version, fresh)
+        }
     }
 
     /// Finishes queued writes, stores the session counts and stops the writer. Later writes fail
@@ -189,7 +250,7 @@ public final class Ledger: Sendable {
             let stream = try knownStream ?? streamName(txn, id: id)
             let body = try LogEntry.decodeBody(&reader)
             try reader.expectEnd()
-            return (LogEntry(stream: stream, offset: body.offset, sequence: sequence, time: body.time, author: body.author, events: body.events, hash: hash), id)
+            return (LogEntry(stream: stream, offset: body.offset, sequence: sequence, time: body.time, author: body.author, device: body.device, events: body.events, hash: hash), id)
         } catch let failure as DecodeFailure {
             throw LedgerError(.corruptData, "log entry at sequence \(sequence) does not decode: \(failure)", stream: knownStream)
         }
@@ -200,10 +261,14 @@ public final class Ledger: Sendable {
     /// Appends one entry to `stream` inside `txn` and applies it to the views.
     ///
     /// `check` sees the view before the entry (conflicts, the dataset count); `validate` sees it
-    /// after `apply` (size limits). Either may throw; nothing is stored until both passed — so
-    /// their refusals are clean (see ``LedgerError/isCleanRefusal``).
+    /// after `apply` (size limits). Either may throw; nothing is stored until both passed. The
+    /// entry's time is the clock's, but never earlier than the stream's previous entry, so time
+    /// only moves forward in a stream (a clock step back does not backdate an entry).
+    ///
+    /// User datasets are appended through ``appendUser(_:to:origin:change:check:)``, which adds
+    /// Cognito's rules; this is for that and for SyncLedger's own system streams.
     func append(
-        _ txn: Transaction, to stream: StreamName, author: String, events fixedEvents: [Event],
+        _ txn: Transaction, to stream: StreamName, author: String, device: String? = nil, events fixedEvents: [Event],
         check: (StoredDatasetView) throws -> Void = { _ in },
         validate: (StoredDatasetView) throws -> Void = { _ in },
         events decide: (() -> [Event])? = nil
@@ -216,10 +281,11 @@ public final class Ledger: Sendable {
         let events = decide?() ?? fixedEvents
         let sequence = try nextSequence(txn)
         let offset = (existing?.offset ?? 0) + 1
-        let time = options.clock()
-        let body = LogEntry.encodeBody(offset: offset, time: time, author: author, events: events)
+        let now = options.clock()
+        let time = view.dataset.map { max(now, $0.lastModified) } ?? now
+        let body = LogEntry.encodeBody(offset: offset, time: time, author: author, device: device, events: events)
         let hash = LogEntry.chainHash(previous: existing?.hash ?? LogEntry.genesisHash, stream: stream, body: body)
-        let entry = LogEntry(stream: stream, offset: offset, sequence: sequence, time: time, author: author, events: events, hash: hash)
+        let entry = LogEntry(stream: stream, offset: offset, sequence: sequence, time: time, author: author, device: device, events: events, hash: hash)
         try apply(entry, to: &view)
         try validate(view)
 

@@ -32,20 +32,34 @@ public struct IdentityID: Hashable, Sendable, Comparable, CustomStringConvertibl
     public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
 }
 
-/// A dataset name: 1–128 characters of `[A-Za-z0-9_.:-]`.
+/// A dataset name: 1–128 characters of `[A-Za-z0-9_.:-]`, and not `.` or `..` (which an HTTP
+/// path would read as a dot segment).
 public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// The name as given.
     public let rawValue: String
 
-    /// Validates `rawValue` against Cognito's pattern and length.
+    /// Validates `rawValue` against Cognito's pattern and length, and refuses `.` and `..`.
     /// - Throws: ``LedgerError`` `.invalidParameter` naming the value and the rule.
     public init(_ rawValue: String) throws(LedgerError) {
+        try self.init(stored: rawValue)
+        guard !isDotSegment else {
+            throw LedgerError(.invalidParameter, "dataset name \(quoted(rawValue)) is not allowed: \".\" and \"..\" are path dot segments")
+        }
+    }
+
+    /// Cognito's pattern and length only: how names already in a ledger (or a segment) are read,
+    /// so that a `.` written by an older version stays readable. New writes to a user's dataset
+    /// check ``isDotSegment`` as well (``Ledger/validateChange(_:for:describe:)``).
+    init(stored rawValue: String) throws(LedgerError) {
         let utf8 = rawValue.utf8
         guard (1...128).contains(utf8.count), utf8.allSatisfy({ isWordByte($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "-") }) else {
             throw LedgerError(.invalidParameter, "dataset name \(quoted(rawValue)) must be 1-128 characters of A-Z a-z 0-9 _ . : -")
         }
         self.rawValue = rawValue
     }
+
+    /// Whether the name is `.` or `..`.
+    var isDotSegment: Bool { rawValue == "." || rawValue == ".." }
 
     public var description: String { rawValue }
     public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
@@ -117,7 +131,8 @@ public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertibl
         guard parts.count == 3 else {
             throw LedgerError(.corruptData, "stream key of \(key.count) bytes has \(parts.count) parts, not 3")
         }
-        try self.init(pool: String(decoding: parts[0], as: UTF8.self), identity: String(decoding: parts[1], as: UTF8.self), dataset: String(decoding: parts[2], as: UTF8.self))
+        self.init(pool: try IdentityPoolID(String(decoding: parts[0], as: UTF8.self)), identity: try IdentityID(String(decoding: parts[1], as: UTF8.self)),
+                  dataset: try DatasetName(stored: String(decoding: parts[2], as: UTF8.self)))
     }
 
     /// The key prefix of every stream of one identity.

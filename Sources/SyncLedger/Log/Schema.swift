@@ -3,10 +3,12 @@ import Crypto
 
 /// The named LMDB databases of a ledger and the layout of their keys. See docs/storage-format.md.
 struct Schema: Sendable {
-    /// The on-disk format this code writes; a directory with a higher one is refused.
-    static let formatVersion: UInt64 = 1
+    /// The on-disk format this code writes; a directory with a higher one is refused. Version 2
+    /// moved the secrets out (see ``SecretStore``), added `records-by-sync-count` and the
+    /// tombstone count of dataset views; a version-1 directory is migrated when opened.
+    static let formatVersion: UInt64 = 2
 
-    /// `format`, `hmac-key`: settings of the directory.
+    /// `format`, `ledger-id`, `replication-checkpoint`, …: settings of the directory.
     let meta: Database
     /// stream key (pool␀identity␀dataset) → ``StreamHead`` (id, head offset, head hash).
     let streams: Database
@@ -20,12 +22,16 @@ struct Schema: Sendable {
     let records: Database
     /// View: stream id (8 B BE) → ``DatasetState``.
     let datasets: Database
+    /// View: stream id (8 B BE) ‖ sync count (8 B BE) ‖ the record's key suffix as in
+    /// `records` → empty. Every record (tombstones too) by the offset that last changed it, so
+    /// that ListRecords reads a page, not the dataset.
+    let recordsBySyncCount: Database
     /// View: pool id (UTF-8) → ``PoolState`` (bytes, last modified).
     let pools: Database
     /// pool id (UTF-8) → sync sessions issued (8 B BE).
     let sessions: Database
-    /// access key id → ``Credential`` (JSON). Not part of the log.
-    let credentials: Database
+    /// Format 1 only: access key id → credential. Emptied when the directory is migrated.
+    let legacyCredentials: Database
 
     init(environment env: Environment) throws {
         meta = try env.openDatabase("meta")
@@ -35,13 +41,14 @@ struct Schema: Sendable {
         index = try env.openDatabase("index")
         records = try env.openDatabase("records")
         datasets = try env.openDatabase("datasets")
+        recordsBySyncCount = try env.openDatabase("records-by-sync-count")
         pools = try env.openDatabase("pools")
         sessions = try env.openDatabase("sessions")
-        credentials = try env.openDatabase("credentials")
+        legacyCredentials = try env.openDatabase("credentials")
     }
 
     /// The databases that hold views (rebuilt from the log).
-    var views: [Database] { [records, datasets, pools] }
+    var views: [Database] { [records, datasets, recordsBySyncCount, pools] }
 
     /// Keys longer than this many UTF-8 bytes do not fit an LMDB key (511 bytes) whole.
     static let maxInlineKeyBytes = 400
@@ -73,6 +80,15 @@ struct Schema: Sendable {
             throw DecodeFailure(description: "record key is not UTF-8")
         }
         return (key, state)
+    }
+
+    /// stream id ‖ sync count ‖ the key suffix of ``recordKey(stream:key:)``.
+    static func syncCountKey(stream id: UInt64, syncCount: UInt64, recordKey: [UInt8]) -> [UInt8] {
+        var w = ByteWriter(capacity: recordKey.count + 8)
+        w.fixed64(id)
+        w.fixed64(syncCount)
+        w.raw(recordKey.dropFirst(8))
+        return w.bytes
     }
 
     static func indexKey(stream id: UInt64, offset: UInt64) -> [UInt8] {
@@ -152,6 +168,13 @@ struct StoredDatasetView: DatasetView {
     var dataset: DatasetState?
     private(set) var changed: [RecordKey: RecordState] = [:]
     private var cleared = false
+    /// The stored sync count of each record read before it changed (nil: absent), so that
+    /// ``flush()`` can move its `records-by-sync-count` row without reading it again.
+    private let storedCounts = StoredCounts()
+
+    private final class StoredCounts {
+        var byKey: [RecordKey: UInt64?] = [:]
+    }
 
     init(txn: Transaction, schema: Schema, stream: StreamName, streamID: UInt64) throws {
         self.txn = txn
@@ -167,9 +190,12 @@ struct StoredDatasetView: DatasetView {
     }
 
     func record(_ key: String) throws -> RecordState? {
-        if let hit = changed[RecordKey(key)] { return hit }
+        let k = RecordKey(key)
+        if let hit = changed[k] { return hit }
         if cleared { return nil }
-        return try storedRecord(key)
+        let stored = try storedRecord(key)
+        storedCounts.byKey[k] = .some(stored?.syncCount)
+        return stored
     }
 
     func storedRecord(_ key: String) throws -> RecordState? {
@@ -181,20 +207,39 @@ struct StoredDatasetView: DatasetView {
 
     mutating func setRecord(_ key: String, _ record: RecordState) throws { changed[RecordKey(key)] = record }
 
+    /// How many stored records with a value have keys starting with `prefix` (at most 400
+    /// UTF-8 bytes), counting up to `limit` at most. Changes not yet flushed are not seen.
+    func countStored(prefix: String, limit: Int) throws -> Int {
+        precondition(prefix.utf8.count <= Schema.maxInlineKeyBytes)
+        let start = Schema.recordKey(stream: streamID, key: prefix)
+        var count = 0
+        try txn.withCursor(schema.records) { cursor in
+            var pair = try cursor.seek(atLeast: start)
+            while let current = pair, current.key.starts(with: start), count < limit {
+                if current.value.first.map({ $0 & 1 == 0 }) == true { count += 1 }  // flag 1: a tombstone
+                pair = try cursor.next()
+            }
+        }
+        return count
+    }
+
     mutating func removeAllRecords() throws {
         cleared = true
         changed.removeAll()
+        storedCounts.byKey.removeAll()
     }
 
     /// Writes the collected changes: records, dataset metadata and the pool aggregate.
     func flush() throws {
         let prefix = [UInt8].bigEndian(streamID)
         if cleared {
-            try txn.withCursor(schema.records) { cursor in
-                var pair = try cursor.seek(atLeast: prefix)
-                while let current = pair, current.key.starts(with: prefix) {
-                    try cursor.deleteCurrent()
-                    pair = try cursor.seek(atLeast: prefix)
+            for db in [schema.records, schema.recordsBySyncCount] {
+                try txn.withCursor(db) { cursor in
+                    var pair = try cursor.seek(atLeast: prefix)
+                    while let current = pair, current.key.starts(with: prefix) {
+                        try cursor.deleteCurrent()
+                        pair = try cursor.seek(atLeast: prefix)
+                    }
                 }
             }
         }
@@ -202,7 +247,13 @@ struct StoredDatasetView: DatasetView {
         // sorting (key, record) pairs.
         for key in changed.keys.sorted() {
             let record = changed[key]!
-            try txn.put(schema.records, key: Schema.recordKey(stream: streamID, key: key.string), value: record.encoded(fullKey: Schema.isLong(key.string) ? key.string : nil))
+            let recordKey = Schema.recordKey(stream: streamID, key: key.string)
+            let before: UInt64? = cleared ? nil : try storedCounts.byKey[key] ?? storedRecord(key.string)?.syncCount
+            try txn.put(schema.records, key: recordKey, value: record.encoded(fullKey: Schema.isLong(key.string) ? key.string : nil))
+            if let before, before != record.syncCount {
+                try txn.delete(schema.recordsBySyncCount, key: Schema.syncCountKey(stream: streamID, syncCount: before, recordKey: recordKey))
+            }
+            try txn.put(schema.recordsBySyncCount, key: Schema.syncCountKey(stream: streamID, syncCount: record.syncCount, recordKey: recordKey), value: [])
         }
         guard let dataset else { return }
         try txn.put(schema.datasets, key: prefix, value: dataset.encoded())

@@ -107,6 +107,7 @@ extension Ledger {
         var view = MemoryDatasetView()
         var expected: UInt64 = 1
         var previous = LogEntry.genesisHash
+        var previousTime: Timestamp?
         let prefix = [UInt8].bigEndian(id)
         func fail(_ message: String, at offset: UInt64? = nil) -> Failure {
             Failure(problem: .init(stream: stream, offset: offset, message: message))
@@ -134,6 +135,10 @@ extension Ledger {
                         }
                         let hash = LogEntry.chainHash(previous: previous, stream: stream, body: Array(bytes[40...]))
                         guard hash == entry.hash else { throw fail("the hash chain breaks: stored hash differs from the recomputed one", at: offset) }
+                        if let previousTime, entry.time < previousTime {
+                            throw fail("time goes backwards: \(entry.time) after \(previousTime)", at: offset)
+                        }
+                        previousTime = entry.time
                         try apply(entry, to: &view)
                         previous = hash
                         expected += 1
@@ -174,9 +179,29 @@ extension Ledger {
         guard seen == view.records.count else {
             throw fail("the view holds \(seen) records; the replayed log has \(view.records.count)")
         }
+        // Every record once in records-by-sync-count, under the sync count it carries.
+        var rows = 0
+        try txn.withCursor(schema.recordsBySyncCount) { cursor in
+            var pair = try cursor.seek(atLeast: prefix)
+            while let current = pair, current.key.starts(with: prefix) {
+                let recordKey = Array(current.key.prefix(8)) + current.key.dropFirst(16)
+                guard current.key.count >= 16, let value = try txn.get(schema.records, key: recordKey),
+                      let (_, record) = try? Schema.decodeRecord(key: recordKey, value: value),
+                      record.syncCount == current.key.bigEndianUInt64(at: 8) else {
+                    throw fail("records-by-sync-count has a row that matches no record")
+                }
+                rows += 1
+                pair = try cursor.next()
+            }
+        }
+        guard rows == seen else {
+            throw fail("records-by-sync-count holds \(rows) rows for \(seen) records")
+        }
     }
 
-    /// Checks the pool aggregates against the datasets, in one read transaction.
+    /// Checks the pool aggregates against the datasets, in one read transaction. A pool's
+    /// last-modified time is the latest of its datasets' — which, as time only moves forward in
+    /// a stream, is also the latest entry the view's running maximum saw.
     private func verifyPools() throws {
         try read { txn in
             var expected: [String: PoolState] = [:]

@@ -101,6 +101,10 @@ final class GroupCommitWriter: @unchecked Sendable {
     }
 
     /// Finishes the queued jobs, then stops the thread. Later submissions fail with `.closed`.
+    ///
+    /// Waits for the thread to finish, unless it is called on the writer thread itself (the last
+    /// reference to a ledger can be dropped there, by a job's closure): the loop then ends after
+    /// the current group, and waiting would deadlock.
     func close() {
         condition.lock()
         if closed {
@@ -110,13 +114,22 @@ final class GroupCommitWriter: @unchecked Sendable {
         closed = true
         condition.signal()
         condition.unlock()
+        if isWriterThread { return }
         finished.wait()
     }
+
+    /// Whether the calling thread is this writer's thread.
+    var isWriterThread: Bool { Thread.current.threadDictionary[Self.threadKey] as? ObjectIdentifier == ObjectIdentifier(self) }
+    private static let threadKey = "syncledger.writer"
+
+    /// Jobs queued and not yet taken by a group (for tests that line jobs up).
+    var queuedJobs: Int { pending.load(ordering: .acquiring) }
 
     /// How long a durable group waits for the callers of the previous group to come back.
     let gatherWindow: Duration
 
     private func loop() {
+        Thread.current.threadDictionary[Self.threadKey] = ObjectIdentifier(self)
         // Callers served by the last commit: they are likely to write again soon.
         var lastGroup = 1
         while true {
@@ -158,20 +171,23 @@ final class GroupCommitWriter: @unchecked Sendable {
         do {
             do {
                 try environment.write { txn in
-                    // Fast path: every job runs straight in the group's transaction. Jobs refuse
-                    // (conflict, limit, not found, bad input) before their first write — see
-                    // ``LedgerError/isCleanRefusal`` — so a refusal leaves nothing behind. LMDB
-                    // charges a nested transaction for copying the parent's dirty-page list, which
-                    // grows with the group; this path avoids that cost.
+                    // Fast path: every job runs straight in the group's transaction. A job that
+                    // refuses (conflict, limit, not found, bad input) before its first write leaves
+                    // nothing behind — the transaction counts its changes, so this is checked, not
+                    // assumed. LMDB charges a nested transaction for copying the parent's
+                    // dirty-page list, which grows with the group; this path avoids that cost.
                     for (i, job) in group.enumerated() {
+                        let changesBefore = txn.changes
                         do {
                             try job.run(txn)
                             outcomes[i] = nil
-                        } catch let error as LedgerError where error.isCleanRefusal {
-                            outcomes[i] = error
+                        } catch let error as LedgerError where error.isCleanRefusal && txn.changes == changesBefore {
+                            outcomes[i] = error  // refused before it wrote anything: nothing to undo
                         } catch let error as LMDBError where error == .mapFull {
                             throw error  // grow the map and run the group again
                         } catch {
+                            // It may have written (the transaction counted changes, or the error
+                            // is not a refusal): only a nested transaction can undo it alone.
                             if group.count == 1 { throw error }
                             throw RetryIsolated()
                         }

@@ -141,6 +141,7 @@ extension Ledger {
 
     /// Appends `events` to a system stream; `check` sees its view first.
     func appendSystem(_ stream: StreamName, author: String, events: @escaping @Sendable (StoredDatasetView) throws -> [Event]) async throws {
+        defer { if stream.dataset.rawValue == "configuration" { dictionaries.configurationChanged() } }
         try await write { [self] txn in
             let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: try head(txn, stream)?.id ?? 0)
             let list = try events(view)
@@ -178,10 +179,15 @@ extension Ledger {
         let tokenKey = "token/\(identity)/\(platform.rawValue)/\(token)"
         let fresh = UUID().uuidString.lowercased()
         let id = Mutex<String>(fresh)
+        let maxDevices = options.limits.maxDevicesPerIdentity
         try await appendSystem(stream, author: identity.rawValue) { view in
             if let existing = try view.record(tokenKey)?.value {
                 id.withLock { $0 = existing }
                 return []
+            }
+            let registered = try view.countStored(prefix: "token/\(identity)/", limit: maxDevices)
+            guard registered < maxDevices else {
+                throw LedgerError(.limitExceeded, "identity \(identity) already has \(registered) registered devices; the limit is \(maxDevices)")
             }
             let device = Device(id: fresh, identity: identity.rawValue, platform: platform, token: token)
             return [
@@ -309,7 +315,7 @@ extension Ledger {
     @discardableResult
     public func failInterruptedBulkPublishes(caller: String) async throws -> [IdentityPoolID] {
         var failed: [IdentityPoolID] = []
-        for (stream, _) in try streams() where stream.identity == Self.systemIdentity && stream.dataset.rawValue == "configuration" {
+        for stream in try poolsWithStreams().map({ Self.systemStream($0, "configuration") }) {
             if try bulkPublishDetails(stream.pool).status == "IN_PROGRESS" {
                 try await completeBulkPublish(stream.pool, failure: "interrupted: the server stopped before the bulk publish finished", caller: caller)
                 failed.append(stream.pool)

@@ -1,15 +1,23 @@
 import Foundation
 import LedgerStorage
 
-/// An access key the server accepts (AWS Signature Version 4), kept in the data directory.
-/// Credentials are not log entries: they are secrets, not user data, and are never replicated.
+/// An access key the server accepts (AWS Signature Version 4), kept in the ``SecretStore``.
+/// Credentials are not log entries: they are secrets, not user data, and are never replicated,
+/// exported or logged.
 public struct Credential: Sendable, Hashable, Codable {
     /// What a credential may reach.
-    public enum Scope: Sendable, Hashable, Codable {
+    public enum Scope: Sendable, Hashable, Codable, CustomStringConvertible {
         /// Every operation for every identity (Cognito's developer credentials).
         case admin
         /// Only this identity's datasets and devices.
         case identity(pool: String, identity: String)
+
+        public var description: String {
+            switch self {
+            case .admin: "admin"
+            case .identity(let pool, let identity): "identity \(identity) in pool \(pool)"
+            }
+        }
     }
 
     /// The access key id (`AKIA…`, or `ASIA…` when it has a session token).
@@ -22,69 +30,59 @@ public struct Credential: Sendable, Hashable, Codable {
     public let scope: Scope
     /// When it was made.
     public let created: Timestamp
+    /// When it stops working (temporary credentials, and an old key kept for a grace period
+    /// after a rotation); nil: until revoked.
+    public let expires: Timestamp?
 
     /// A credential.
-    public init(accessKeyID: String, secretAccessKey: String, sessionToken: String? = nil, scope: Scope, created: Timestamp = .now) {
+    public init(accessKeyID: String, secretAccessKey: String, sessionToken: String? = nil, scope: Scope, created: Timestamp = .now, expires: Timestamp? = nil) {
         self.accessKeyID = accessKeyID
         self.secretAccessKey = secretAccessKey
         self.sessionToken = sessionToken
         self.scope = scope
         self.created = created
+        self.expires = expires
     }
 
-    /// A fresh random credential.
-    public static func generate(scope: Scope, withSessionToken: Bool = false) -> Credential {
+    /// Whether it has expired at `now`.
+    public func isExpired(at now: Timestamp) -> Bool { expires.map { now >= $0 } ?? false }
+
+    /// The same credential with another expiry.
+    func expiring(at time: Timestamp?) -> Credential {
+        Credential(accessKeyID: accessKeyID, secretAccessKey: secretAccessKey, sessionToken: sessionToken, scope: scope, created: created, expires: time)
+    }
+
+    /// How long a temporary credential (one with a session token) lives unless told otherwise.
+    public static let defaultTemporaryLifetime: Duration = .seconds(3600)
+
+    /// A fresh random credential. A credential with a session token is temporary: it expires
+    /// after `lifetime` (default one hour), as AWS's temporary credentials do.
+    public static func generate(scope: Scope, withSessionToken: Bool = false, lifetime: Duration? = nil, now: Timestamp = .now) -> Credential {
         let upper = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
         let secretAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
         var rng = SystemRandomNumberGenerator()
         let id = (withSessionToken ? "ASIA" : "AKIA") + String((0..<16).map { _ in upper.randomElement(using: &rng)! })
         let secret = String((0..<40).map { _ in secretAlphabet.randomElement(using: &rng)! })
         let token = withSessionToken ? String((0..<64).map { _ in secretAlphabet.randomElement(using: &rng)! }) : nil
-        return Credential(accessKeyID: id, secretAccessKey: secret, sessionToken: token, scope: scope)
+        let life = lifetime ?? (withSessionToken ? defaultTemporaryLifetime : nil)
+        let expires = life.map { Timestamp(milliseconds: now.milliseconds + $0.milliseconds) }
+        return Credential(accessKeyID: id, secretAccessKey: secret, sessionToken: token, scope: scope, created: now, expires: expires)
+    }
+
+    /// Whether `id` is a well-formed access key id: 16-128 characters of A-Z and 0-9 (AWS's
+    /// `[\w]+` pattern, as AWS generates them).
+    public static func isValidAccessKeyID(_ id: String) -> Bool {
+        (16...128).contains(id.utf8.count) && id.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x5F }
     }
 }
 
-extension Ledger {
-    /// Stores `credential` (replacing one with the same access key id).
-    public func storeCredential(_ credential: Credential) async throws {
-        guard !credential.accessKeyID.isEmpty, credential.accessKeyID.utf8.count <= 128 else {
-            throw LedgerError(.invalidParameter, "an access key id must be 1-128 bytes")
-        }
-        let schema = self.schema
-        let value = Array(Self.json(credential).utf8)
-        try await write { txn in
-            try txn.put(schema.credentials, key: Array(credential.accessKeyID.utf8), value: value)
-        }
-    }
-
-    /// The credential with this access key id, or nil. Sees credentials that another process
-    /// (e.g. `syncledger credentials create`) stored after this ledger was opened.
-    public func credential(accessKeyID: String) throws -> Credential? {
-        guard !accessKeyID.isEmpty, accessKeyID.utf8.count <= 128 else { return nil }
-        return try read { txn in
-            try txn.get(schema.credentials, key: Array(accessKeyID.utf8)).map { bytes in
-                do { return try JSONDecoder().decode(Credential.self, from: Data(bytes)) } catch {
-                    throw LedgerError(.corruptData, "the credential \(accessKeyID) does not decode: \(error)")
-                }
-            }
-        }
-    }
-
-    /// The stored admin credential; creates one when there is none. `created` says whether
-    /// this call made it (so the caller prints it once).
-    public func adminCredential() async throws -> (credential: Credential, created: Bool) {
-        let schema = self.schema
-        let fresh = Credential.generate(scope: .admin)
-        let marker = Array("admin-access-key".utf8)
-        return try await write { txn in
-            if let id = try txn.get(schema.meta, key: marker),
-               let bytes = try txn.get(schema.credentials, key: id),
-               let stored = try? JSONDecoder().decode(Credential.self, from: Data(bytes)) {
-                return (stored, false)
-            }
-            try txn.put(schema.credentials, key: Array(fresh.accessKeyID.utf8), value: Array(Self.json(fresh).utf8))
-            try txn.put(schema.meta, key: marker, value: Array(fresh.accessKeyID.utf8))
-            return (fresh, true)
-        }
+extension Duration {
+    /// Whole milliseconds (saturating at Int64's bounds).
+    var milliseconds: Int64 {
+        let c = components
+        let (ms, overflow) = c.seconds.multipliedReportingOverflow(by: 1000)
+        if overflow { return c.seconds < 0 ? .min : .max }
+        let (total, overflow2) = ms.addingReportingOverflow(c.attoseconds / 1_000_000_000_000_000)
+        return overflow2 ? .max : total
     }
 }

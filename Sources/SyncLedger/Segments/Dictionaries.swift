@@ -12,9 +12,42 @@ public struct PoolDictionary: Sendable, Equatable {
     public let bytes: [UInt8]
 }
 
-/// Dictionaries looked up by id, remembered once read.
+/// Dictionaries looked up by id, remembered once read — and ids that no pool has, so that a
+/// segment naming an unknown dictionary costs one lookup, not a read of every pool, on every
+/// request. A miss is forgotten when a pool's configuration changes.
 final class DictionaryCache: Sendable {
-    let byID = Mutex<[UInt32: [UInt8]]>([:])
+    private struct State {
+        var byID: [UInt32: [UInt8]] = [:]
+        var misses: Set<UInt32> = []
+        /// Bumped after every commit that changed a pool's configuration stream.
+        var generation: UInt64 = 0
+    }
+    private let state = Mutex(State())
+    /// The most misses remembered; past it the set starts over.
+    static let maxMisses = 4096
+
+    func dictionary(_ id: UInt32) -> [UInt8]? { state.withLock { $0.byID[id] } }
+    func isKnownMiss(_ id: UInt32) -> Bool { state.withLock { $0.misses.contains(id) } }
+    /// Read before a lookup; a miss is remembered only if no configuration changed since.
+    var generation: UInt64 { state.withLock { $0.generation } }
+
+    func remember(_ id: UInt32, _ bytes: [UInt8]) { state.withLock { $0.byID[id] = bytes } }
+
+    func rememberMiss(_ id: UInt32, lookedUpAt generation: UInt64) {
+        state.withLock { s in
+            guard s.generation == generation else { return }  // a dictionary may have arrived since
+            if s.misses.count >= Self.maxMisses { s.misses.removeAll() }
+            s.misses.insert(id)
+        }
+    }
+
+    /// Called after a commit that changed a pool's configuration stream (where dictionaries live).
+    func configurationChanged() {
+        state.withLock { s in
+            s.generation &+= 1
+            s.misses.removeAll()
+        }
+    }
 }
 
 /// Small segments compress poorly on their own; a dictionary trained on a pool's entries fixes
@@ -49,7 +82,7 @@ extension Ledger {
             [.put(key: "zstd-dictionary/\(id)", value: encoded, deviceModified: nil),
              .put(key: "zstd-dictionary", value: "\(id)", deviceModified: nil)]
         }
-        dictionaries.byID.withLock { $0[id] = bytes }
+        dictionaries.remember(id, bytes)
         return PoolDictionary(id: id, pool: pool, bytes: bytes)
     }
 
@@ -63,14 +96,17 @@ extension Ledger {
 
     /// The dictionary with this id, from any pool, or nil.
     public func dictionary(id: UInt32) throws -> [UInt8]? {
-        if let hit = dictionaries.byID.withLock({ $0[id] }) { return hit }
-        for (stream, _) in try streams() where stream.identity == Self.systemIdentity && stream.dataset.rawValue == "configuration" {
+        if let hit = dictionaries.dictionary(id) { return hit }
+        if dictionaries.isKnownMiss(id) { return nil }
+        let generation = dictionaries.generation
+        for stream in try poolsWithStreams().map({ Self.systemStream($0, "configuration") }) {
             if let text = try recordValue(stream, key: "zstd-dictionary/\(id)"), let data = Data(base64Encoded: text) {
                 let bytes = Array(data)
-                dictionaries.byID.withLock { $0[id] = bytes }
+                dictionaries.remember(id, bytes)
                 return bytes
             }
         }
+        dictionaries.rememberMiss(id, lookedUpAt: generation)
         return nil
     }
 

@@ -28,6 +28,7 @@ extension Ledger {
         }
         var seen: [Seen] = []
         var seenByID: [UInt64: Int] = [:]
+        guard sequence < UInt64.max else { return nil }  // nothing can follow the last sequence
         let (entries, _) = try collectSegmentEntries(maxBytes: maxBytes) { entries, size in
             let next = (entries.last?.sequence ?? sequence) + 1
             return try read { txn -> Bool in
@@ -65,6 +66,7 @@ extension Ledger {
     /// `maxBytes`. Nil when the stream has nothing after that offset.
     public func streamSegment(_ stream: StreamName, after offset: UInt64, maxBytes: Int = 4 << 20, level: Int32 = 3) throws -> Segment? {
         var previous = LogEntry.genesisHash
+        guard offset < UInt64.max else { return nil }  // nothing can follow the last offset
         let (entries, size) = try collectSegmentEntries(maxBytes: maxBytes) { entries, size in
             let next = (entries.last?.offset ?? offset) + 1
             return try read { txn -> Bool in
@@ -148,18 +150,45 @@ extension Ledger {
     /// - Throws: ``LedgerError`` `.invalidParameter` saying which entry and why.
     @discardableResult
     public func merge(_ segment: Segment) async throws -> MergeReport {
-        try await write { [self] txn in try self.merge(segment, txn) }
+        defer { if segment.touchesConfiguration { dictionaries.configurationChanged() } }
+        return try await write { [self] txn in try self.merge(segment, txn) }
     }
 
     /// Merges a segment pulled from a leader's feed and records, in the same transaction, the
     /// leader's sequence of its last entry as this ledger's replication checkpoint.
+    ///
+    /// - Parameter leaderID: the ``id`` of the ledger that sent it. The first merge records it;
+    ///   a later one from a different ledger is refused with `.wrongLedger` (another ledger now
+    ///   answers at the leader's address), and nothing is merged.
     @discardableResult
-    public func mergeFromLeader(_ segment: Segment) async throws -> MergeReport {
+    public func mergeFromLeader(_ segment: Segment, leaderID: String) async throws -> MergeReport {
         let schema = self.schema
+        defer { if segment.touchesConfiguration { dictionaries.configurationChanged() } }
         return try await write { [self] txn in
+            try self.checkLeader(txn, leaderID)
             let report = try self.merge(segment, txn)
             try txn.put(schema.meta, key: Array("replication-checkpoint".utf8), value: .bigEndian(report.lastSourceSequence))
             return report
+        }
+    }
+
+    /// Records `leaderID` as the ledger this one replicates, or refuses another one.
+    private func checkLeader(_ txn: Transaction, _ leaderID: String) throws {
+        let key = Array("replication-leader".utf8)
+        guard let stored = try txn.get(schema.meta, key: key) else {
+            try txn.put(schema.meta, key: key, value: Array(leaderID.utf8))
+            return
+        }
+        let known = String(decoding: stored, as: UTF8.self)
+        guard known == leaderID else {
+            throw LedgerError(.wrongLedger, "the leader's address now answers with ledger \(leaderID.prefix(64)), but this follower replicates ledger \(known); nothing was merged")
+        }
+    }
+
+    /// The id of the ledger this one replicates (nil before its first merge from a leader).
+    public var replicationLeaderID: String? {
+        get throws {
+            try read { txn in try txn.get(schema.meta, key: Array("replication-leader".utf8)).map { String(decoding: $0, as: UTF8.self) } }
         }
     }
 
@@ -251,7 +280,10 @@ extension Ledger {
                                           view: try StoredDatasetView(txn: txn, schema: schema, stream: e.stream, streamID: id))
             }
             let decoded = try e.entry
-            let entry = LogEntry(stream: e.stream, offset: e.offset, sequence: sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: e.hash)
+            if let previous = writers[t]!.view.dataset?.lastModified, decoded.time < previous {
+                throw LedgerError(.invalidParameter, "segment refused at entry \(i) (\(e.stream) offset \(e.offset)): its time \(decoded.time) is before the previous entry's \(previous); time only moves forward in a stream; nothing was applied", stream: e.stream, offset: e.offset)
+            }
+            let entry = LogEntry(stream: e.stream, offset: e.offset, sequence: sequence, time: decoded.time, author: decoded.author, device: decoded.device, events: decoded.events, hash: e.hash)
             try apply(entry, to: &writers[t]!.view)
             try storeLog(txn, entry, body: e.body, streamID: writers[t]!.id, buffers: &buffers)
             writers[t]!.last = entry
@@ -270,90 +302,5 @@ extension Ledger {
         let newStream: Bool
         var view: StoredDatasetView
         var last: LogEntry?
-    }
-}
-
-/// What ``Ledger/mergeOffline(_:deviceID:partial:)`` did with a device's offline changes.
-public struct OfflineMergeReport: Sendable, Equatable {
-    /// The records written (each carrying the dataset's new sync count).
-    public var applied: [Record] = []
-    /// Keys the server changed after the device's base sync count (not written).
-    public var conflicts: [LedgerError.Conflict] = []
-    /// Whether the device's entries were appended as they are (the server had not moved on).
-    public var fastForward = false
-    /// The dataset's sync count afterwards.
-    public var syncCount: UInt64 = 0
-}
-
-extension Ledger {
-    /// Merges a device's offline changes: a stream segment of entries the device made on top of
-    /// its last synced state (the base sync count is the segment's first offset − 1).
-    ///
-    /// When the server's stream is still at the base and the segment chains to it, the entries
-    /// are appended as they are (fast-forward). Otherwise the Cognito rule applies per record:
-    /// a key the server changed after the base is a conflict. By default (all-or-nothing, like
-    /// UpdateRecords) any conflict refuses the whole merge with a `.conflict` error naming each
-    /// key and both sync counts; with `partial`, the other keys are written as one new entry
-    /// and the conflicts are reported.
-    public func mergeOffline(_ segment: Segment, deviceID: String, partial: Bool = false) async throws -> OfflineMergeReport {
-        guard case .stream(let stream) = segment.scope, let first = segment.entries.first else {
-            throw LedgerError(.invalidParameter, "offline changes come as a non-empty stream segment")
-        }
-        try Self.requireUserIdentity(stream.identity)
-        let base = first.offset - 1
-        // The device's last intent per key, in the order first touched.
-        var order: [RecordKey] = []
-        var final: [RecordKey: Event] = [:]
-        var deletes = false
-        for e in segment.entries {
-            for event in try e.entry.events {
-                guard let key = event.key else { deletes = true; continue }
-                let k = RecordKey(key)
-                if final[k] == nil { order.append(k) }
-                final[k] = event
-            }
-        }
-        let limits = options.limits
-        return try await write { [self, order, final, deletes] txn in
-            let head = try self.head(txn, stream)
-            if (head?.offset ?? 0) == base, (head?.hash ?? LogEntry.genesisHash) == segment.previousHash {
-                _ = try self.merge(segment, txn)
-                var report = OfflineMergeReport()
-                report.fastForward = true
-                report.syncCount = segment.entries.last!.offset
-                let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: try self.head(txn, stream)!.id)
-                report.applied = try order.compactMap { k in try view.storedRecord(k.string).map { Record(key: k.string, state: $0) } }
-                return report
-            }
-            if deletes {
-                throw LedgerError(.conflict, "the device deleted the dataset offline, but the server moved on from sync count \(base) to \(head?.offset ?? 0)", stream: stream)
-            }
-            var report = OfflineMergeReport()
-            var events: [Event] = []
-            let (entry, view) = try self.append(txn, to: stream, author: deviceID, events: [], check: { view in
-                for k in order {
-                    let current = try view.record(k.string)?.syncCount ?? 0
-                    if current > base {
-                        report.conflicts.append(.init(key: k.string, expected: base, actual: current))
-                    } else {
-                        events.append(final[k]!)
-                    }
-                }
-                if !report.conflicts.isEmpty && !partial || events.isEmpty {
-                    let list = report.conflicts.map { "\(quoted($0.key)) (base \($0.expected), server \($0.actual))" }.joined(separator: ", ")
-                    var error = LedgerError(.conflict, "records changed on the server since the device's base sync count \(base): \(list)", stream: stream)
-                    error.conflicts = report.conflicts
-                    throw error
-                }
-            }, validate: { view in
-                let meta = view.dataset!
-                if meta.bytes > limits.maxDatasetBytes || meta.recordCount > limits.maxRecordsPerDataset {
-                    throw LedgerError(.limitExceeded, "the merged dataset would exceed its limits (\(meta.bytes) bytes, \(meta.recordCount) records)", stream: stream)
-                }
-            }, events: { events })
-            report.applied = events.compactMap { $0.key }.map { Record(key: $0, state: view.changed[RecordKey($0)]!) }
-            report.syncCount = entry.offset
-            return report
-        }
     }
 }

@@ -55,12 +55,18 @@ public struct Segment: Sendable, Equatable {
                 do {
                     let decoded = try LogEntry.decodeBody(&reader)
                     try reader.expectEnd()
-                    return LogEntry(stream: stream, offset: decoded.offset, sequence: sequence, time: decoded.time, author: decoded.author, events: decoded.events, hash: hash)
+                    return LogEntry(stream: stream, offset: decoded.offset, sequence: sequence, time: decoded.time, author: decoded.author, device: decoded.device, events: decoded.events, hash: hash)
                 } catch {
                     throw LedgerError(.corruptData, "the body of the entry at sequence \(sequence) does not decode: \(error)", stream: stream, offset: offset)
                 }
             }
         }
+    }
+
+    /// Whether an entry belongs to a pool's `configuration` system stream (where dictionaries
+    /// and pool settings live).
+    var touchesConfiguration: Bool {
+        entries.contains { $0.stream.identity == Ledger.systemIdentity && $0.stream.dataset.rawValue == "configuration" }
     }
 
     /// The file format version this code writes. It reads this one and version 1 (the same
@@ -319,6 +325,7 @@ public struct Segment: Sendable, Equatable {
             var offset: UInt64?
             var hash: [UInt8]
             var anchored = false
+            var time: Timestamp?
         }
         var er = ByteReader(plain)
         var entries: [Entry] = []
@@ -365,11 +372,14 @@ public struct Segment: Sendable, Equatable {
             guard bodyLength <= UInt64(er.remaining) else { throw fail("entry \(index): body overruns the segment") }
             let entryBody = try er.raw(Int(bodyLength))
             var br = ByteReader(entryBody)
-            let offset = try LogEntry.checkBody(&br)
+            let (offset, time) = try LogEntry.checkBody(&br)
             try br.expectEnd()
             let chain = chains[c]
             if let head = chain.offset, offset != head &+ 1 {
                 throw fail("entry \(index) of \(chain.stream) has offset \(offset) after \(head): a gap")
+            }
+            if let previous = chain.time, time < previous {
+                throw fail("entry \(index) of \(chain.stream) (offset \(offset)): its time is before the previous entry's; time only moves forward in a stream")
             }
             if offset == 1, chain.hash != LogEntry.genesisHash {
                 throw fail("entry \(index) (\(chain.stream) offset 1) does not start from the empty chain")
@@ -382,6 +392,7 @@ public struct Segment: Sendable, Equatable {
             entries.append(Entry(stream: chain.stream, sequence: sequence, offset: offset, previous: chain.hash, hash: hash, body: entryBody))
             chains[c].offset = offset
             chains[c].hash = hash
+            chains[c].time = time
         }
         guard UInt64(entries.count) == count else { throw fail("holds \(entries.count) entries; its header says \(count)") }
         if case .feed = scope, chains.contains(where: { !$0.anchored }) {

@@ -6,7 +6,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case invalidParameter, notFound, conflict, limitExceeded, invalidSessionToken
-            case corruptData, unsupportedFormat, diskFull, storage, closed, duplicateRequest, alreadyStreamed
+            case corruptData, unsupportedFormat, diskFull, storage, closed, duplicateRequest, alreadyStreamed, wrongLedger
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -35,6 +35,8 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public static let duplicateRequest = Code(.duplicateRequest)
         /// The pool was bulk-published less than 24 hours ago.
         public static let alreadyStreamed = Code(.alreadyStreamed)
+        /// Data came from another ledger than the one expected (a follower's leader changed).
+        public static let wrongLedger = Code(.wrongLedger)
 
         public var description: String { base.rawValue }
     }
@@ -71,13 +73,14 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         self.underlying = underlying
     }
 
-    /// Whether this error is a refusal raised before anything was written (a conflict, a limit,
-    /// a missing dataset, bad input, a token, a duplicate or repeated bulk publish). The writer
-    /// relies on it: a job may throw these only before its first write; anything else it
-    /// throws makes the writer redo the group with the job isolated in a nested transaction.
+    /// Whether this error is a refusal of the request (a conflict, a limit, a missing dataset,
+    /// bad input, a token, a duplicate or repeated bulk publish) rather than a failure. A job
+    /// that throws one before it wrote anything — the writer checks the transaction's change
+    /// count — keeps the group's fast path; anything else makes the writer redo the group with
+    /// each job isolated in a nested transaction.
     public var isCleanRefusal: Bool {
         switch code {
-        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed: true
+        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat: true
         default: false
         }
     }

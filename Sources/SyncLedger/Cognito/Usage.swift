@@ -1,0 +1,117 @@
+import LedgerStorage
+
+extension Ledger {
+    // MARK: describe / list / usage
+
+    /// The dataset's metadata.
+    /// - Throws: `.notFound` when it does not exist or was deleted.
+    public func describeDataset(_ stream: StreamName) throws -> DatasetDescription {
+        try Self.requireUserIdentity(stream.identity)
+        return try read { txn in
+            guard let head = try head(txn, stream), let meta = try dataset(txn, id: head.id, stream: stream), !meta.deleted else {
+                throw LedgerError(.notFound, "dataset \(stream.dataset) does not exist", stream: stream)
+            }
+            return DatasetDescription(stream: stream, state: meta)
+        }
+    }
+
+    /// The identity's datasets that exist, by name, paged.
+    public func listDatasets(pool: IdentityPoolID, identity: IdentityID, maxResults: Int = 20, nextToken: String? = nil) throws -> DatasetsPage {
+        try Self.requireUserIdentity(identity)
+        guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "maxResults must be at least 1, not \(maxResults)") }
+        let prefix = StreamName.prefix(pool: pool, identity: identity)
+        var start: [UInt8]?
+        if let nextToken {
+            guard let payload = SignedToken.open(nextToken, kind: .datasetsPage, key: tokenKey), payload.starts(with: prefix) else {
+                throw LedgerError(.invalidParameter, "nextToken is not a dataset token this server issued for identity \(identity)")
+            }
+            start = payload + [0]  // the first key after the last one returned
+        }
+        return try read { txn in
+            var page = DatasetsPage(datasets: [], nextToken: nil)
+            var lastKey: [UInt8] = []
+            try forEachStream(txn, prefix: prefix, from: start) { stream, head in
+                guard let meta = try dataset(txn, id: head.id, stream: stream), !meta.deleted else { return true }
+                if page.datasets.count == maxResults {
+                    page.nextToken = SignedToken.sign(lastKey, kind: .datasetsPage, key: tokenKey)
+                    return false
+                }
+                page.datasets.append(DatasetDescription(stream: stream, state: meta))
+                lastKey = stream.key
+                return true
+            }
+            return page
+        }
+    }
+
+    /// The identity's dataset count, bytes and last change.
+    /// - Throws: `.notFound` when the identity has never written.
+    public func identityUsage(pool: IdentityPoolID, identity: IdentityID) throws -> IdentityUsage {
+        try Self.requireUserIdentity(identity)
+        return try read { txn in
+            var count = 0
+            var bytes: UInt64 = 0
+            var last: Timestamp?
+            var seen = false
+            try forEachStream(txn, prefix: StreamName.prefix(pool: pool, identity: identity)) { stream, head in
+                seen = true
+                if let meta = try dataset(txn, id: head.id, stream: stream) {
+                    if !meta.deleted { count += 1 }
+                    bytes += meta.bytes
+                    last = max(last ?? meta.lastModified, meta.lastModified)
+                }
+                return true
+            }
+            guard seen else { throw LedgerError(.notFound, "identity \(identity) in pool \(pool) has no data") }
+            return IdentityUsage(pool: pool, identity: identity, datasetCount: count, dataStorage: bytes, lastModified: last)
+        }
+    }
+
+    /// The pool's sync sessions, bytes and last change.
+    /// - Throws: `.notFound` when the pool has neither data nor sessions.
+    public func poolUsage(_ pool: IdentityPoolID) async throws -> PoolUsage {
+        let sessions = try await sessionCount(pool: pool)
+        let state = try read { txn in
+            try txn.get(schema.pools, key: Array(pool.rawValue.utf8)).map { bytes in
+                do { return try PoolState(decoding: bytes) } catch {
+                    throw LedgerError(.corruptData, "pool view of \(pool) does not decode: \(error)")
+                }
+            }
+        }
+        guard state != nil || sessions > 0 else {
+            throw LedgerError(.notFound, "identity pool \(pool) has no data")
+        }
+        return PoolUsage(pool: pool, syncSessionsCount: sessions, dataStorage: state?.bytes ?? 0, lastModified: state?.lastModified)
+    }
+
+    /// The pools this ledger knows (with data or sessions), by id, paged.
+    public func listPools(maxResults: Int = 60, nextToken: String? = nil) async throws -> (pools: [PoolUsage], nextToken: String?) {
+        guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "maxResults must be at least 1, not \(maxResults)") }
+        var after: String?
+        if let nextToken {
+            guard let payload = SignedToken.open(nextToken, kind: .poolsPage, key: tokenKey) else {
+                throw LedgerError(.invalidParameter, "nextToken is not a pool token this server issued")
+            }
+            after = String(decoding: payload, as: UTF8.self)
+        }
+        var names = Set(pendingSessions.withLock { Array($0.keys) })
+        try read { txn in
+            for db in [schema.pools, schema.sessions] {
+                try txn.withCursor(db) { cursor in
+                    var pair = try cursor.first()
+                    while let current = pair {
+                        names.insert(String(decoding: current.key, as: UTF8.self))
+                        pair = try cursor.next()
+                    }
+                }
+            }
+        }
+        let sorted = names.filter { after == nil || $0 > after! }.sorted()
+        var pools: [PoolUsage] = []
+        for name in sorted.prefix(maxResults) {
+            pools.append(try await poolUsage(try IdentityPoolID(name)))
+        }
+        let token = sorted.count > maxResults ? SignedToken.sign(Array(sorted[maxResults - 1].utf8), kind: .poolsPage, key: tokenKey) : nil
+        return (pools, token)
+    }
+}

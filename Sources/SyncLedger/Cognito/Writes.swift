@@ -1,0 +1,118 @@
+import LedgerStorage
+
+/// Who makes a change, as the server knows it from the authenticated caller — never as the
+/// client's own data claims it.
+public struct ChangeOrigin: Sendable, Hashable {
+    /// The authenticated caller: an identity id, `admin:<access key>`, `cli`, …
+    public let author: String
+    /// The device the caller says it writes from (Cognito's `DeviceId`), if it named one.
+    public let device: String?
+
+    /// An origin.
+    /// - Throws: `.invalidParameter` when the author or the device is empty or longer than
+    ///   256 UTF-8 bytes (Cognito's bound on `DeviceId`).
+    public init(author: String, device: String? = nil) throws(LedgerError) {
+        guard (1...256).contains(author.utf8.count) else {
+            throw LedgerError(.invalidParameter, "the author of a change must be 1-256 bytes, not \(author.utf8.count)")
+        }
+        if let device, !(1...256).contains(device.utf8.count) {
+            throw LedgerError(.invalidParameter, "DeviceId must be 1-256 characters, not \(device.utf8.count) bytes")
+        }
+        self.author = author
+        self.device = device
+    }
+}
+
+/// The events of one entry for a user's dataset that passed Cognito's per-record rules (see
+/// ``Ledger/validateChange(_:for:describe:)``): only that function makes one, so every path
+/// that writes a user's dataset — UpdateRecords, DeleteDataset, both branches of an offline
+/// merge, the CLI, and whatever comes later — must go through it.
+public struct UserChange: Sendable, Hashable {
+    /// The events, in order.
+    public let events: [Event]
+    fileprivate init(events: [Event]) { self.events = events }
+}
+
+extension Ledger {
+    /// Checks `events` against the per-record rules: the identity is not SyncLedger's reserved
+    /// one; every key is 1 to ``Limits/maxKeyLength`` characters and appears once; every value
+    /// is at most ``Limits/maxValueLength`` characters.
+    ///
+    /// - Parameter describe: names event `i` in messages (e.g. "patch 3").
+    /// - Throws: `.invalidParameter` or `.limitExceeded` naming the event and the rule.
+    public func validateChange(_ events: [Event], for stream: StreamName, describe: (Int) -> String = { "event \($0)" }) throws(LedgerError) -> UserChange {
+        try Self.requireUserIdentity(stream.identity)
+        if stream.dataset.isDotSegment {
+            throw LedgerError(.invalidParameter, "dataset name \(quoted(stream.dataset.rawValue)) is not allowed: \".\" and \"..\" are path dot segments", stream: stream)
+        }
+        let limits = options.limits
+        var seen = Set<RecordKey>()  // byte-exact: canonically equivalent keys are different keys
+        for (i, event) in events.enumerated() {
+            guard let key = event.key else { continue }
+            let keyLength = key.utf16.count
+            guard keyLength >= 1, keyLength <= limits.maxKeyLength else {
+                throw LedgerError(.invalidParameter, "\(describe(i)): key \(quoted(key)) must be 1-\(limits.maxKeyLength) characters, not \(keyLength)", stream: stream)
+            }
+            guard seen.insert(RecordKey(key)).inserted else {
+                throw LedgerError(.invalidParameter, "\(describe(i)): key \(quoted(key)) appears twice in one change", stream: stream)
+            }
+            if case .put(_, let value, _) = event {
+                let valueLength = value.utf16.count
+                guard valueLength <= limits.maxValueLength else {
+                    throw LedgerError(.limitExceeded, "\(describe(i)): the value of \(quoted(key)) has \(valueLength) characters; the limit is \(limits.maxValueLength)", stream: stream)
+                }
+            }
+        }
+        return UserChange(events: events)
+    }
+
+    /// Appends a validated change to a user's dataset inside the writer's transaction: the one
+    /// way into a user's stream. Adds the rules that need the stored state — datasets per
+    /// identity, dataset names per identity, bytes, records and removed-record markers per
+    /// dataset — and stamps the entry with the server's time and the caller's origin.
+    ///
+    /// - Parameter check: sees the view before the entry (conflicts, existence); it may return
+    ///   a subset of the change's events to write instead (an offline merge's partial mode).
+    /// - Throws: `.limitExceeded`, or what `check` throws; nothing is written then.
+    func appendUser(_ txn: Transaction, to stream: StreamName, origin: ChangeOrigin, change: UserChange,
+                    check: (StoredDatasetView) throws -> [Event]? = { _ in nil }) throws -> (entry: LogEntry, view: StoredDatasetView) {
+        let limits = options.limits
+        var events = change.events
+        return try append(txn, to: stream, author: origin.author, device: origin.device, events: [], check: { view in
+            if let subset = try check(view) { events = subset }
+            guard view.dataset == nil || view.dataset?.deleted == true, events.contains(where: { $0.key != nil }) else { return }
+            // The entry brings a dataset to life: the identity's counts apply.
+            let (live, names) = try datasetCounts(txn, pool: stream.pool, identity: stream.identity)
+            if live >= limits.maxDatasetsPerIdentity {
+                throw LedgerError(.limitExceeded, "identity \(stream.identity) already has \(live) datasets; the limit is \(limits.maxDatasetsPerIdentity)", stream: stream)
+            }
+            if view.dataset == nil, names >= limits.maxDatasetNamesPerIdentity {
+                throw LedgerError(.limitExceeded, "identity \(stream.identity) has used \(names) dataset names (deleted ones included); the limit is \(limits.maxDatasetNamesPerIdentity)", stream: stream)
+            }
+        }, validate: { view in
+            // A limit refuses only growth beyond it, so a dataset over a lowered limit can shrink.
+            let meta = view.dataset!
+            let before = view.original
+            if meta.bytes > limits.maxDatasetBytes, meta.bytes > before?.bytes ?? 0 {
+                throw LedgerError(.limitExceeded, "the dataset would hold \(meta.bytes) bytes; the limit is \(limits.maxDatasetBytes)", stream: stream)
+            }
+            if meta.recordCount > limits.maxRecordsPerDataset, meta.recordCount > before?.recordCount ?? 0 {
+                throw LedgerError(.limitExceeded, "the dataset would hold \(meta.recordCount) records; the limit is \(limits.maxRecordsPerDataset)", stream: stream)
+            }
+            if meta.tombstones > limits.maxTombstonesPerDataset, meta.tombstones > before?.tombstones ?? 0 {
+                throw LedgerError(.limitExceeded, "the dataset would keep \(meta.tombstones) removed-record markers; the limit is \(limits.maxTombstonesPerDataset) (deleting the dataset clears them)", stream: stream)
+            }
+        }, events: { events })
+    }
+
+    /// The identity's live datasets and the dataset names it has used (deleted ones included).
+    func datasetCounts(_ txn: Transaction, pool: IdentityPoolID, identity: IdentityID) throws -> (live: Int, names: Int) {
+        var live = 0, names = 0
+        try forEachStream(txn, prefix: StreamName.prefix(pool: pool, identity: identity)) { stream, head in
+            names += 1
+            if let meta = try dataset(txn, id: head.id, stream: stream), !meta.deleted { live += 1 }
+            return true
+        }
+        return (live, names)
+    }
+}
