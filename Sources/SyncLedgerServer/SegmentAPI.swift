@@ -43,19 +43,9 @@ extension CognitoAPI {
             return WireResponse(status: 200, headers: [("content-type", segmentContentType)] + sourceHeaders, body: try segment.encoded())
         }
         switch (request.method, segments.count) {
-        case ("GET", 2) where segments[1] == "feed":
-            try requireAdmin("reading the change feed")
-            let segment = try ledger.feedSegment(after: try number("after", default: 0), maxBytes: maxBytes)
-            return (try segmentResponse(segment), "GetFeedSegment", nil)
-        case ("GET", 2) where segments[1] == "digest":
-            try requireAdmin("the digest")
-            var w = JSONWriter()
-            w.beginObject()
-            w.member("Digest", try ledger.digest())
-            w.member("Sequence", int: last)
-            if let replication { replication.write(&w) }
-            w.endObject()
-            return (.json(w), "GetDigest", nil)
+        case ("GET", 2) where segments[1] == "feed" || segments[1] == "digest":
+            try requireAdmin(segments[1] == "feed" ? "reading the change feed" : "the digest")
+            return try await handleReplication(segments[1], query: query, request: request)
         case ("GET", 5) where segments[1] == "streams":
             let stream = try StreamName(pool: segments[2], identity: segments[3], dataset: segments[4])
             try requireStream(stream)
