@@ -74,7 +74,7 @@ private func expectNotAuthorized(_ body: () throws -> Void) {
     @Test func signerAndVerifierAgreeAndTokensAreChecked() async throws {
         try await withLedger { ledger in
             let identity = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"), withSessionToken: true)
-            try await ledger.storeCredential(identity)
+            try ledger.secrets.store(identity)
             let now = Date()
             var auth = Authenticator(ledger: ledger, admin: Credential.generate(scope: .admin))
             auth.now = { now }

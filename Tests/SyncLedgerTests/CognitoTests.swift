@@ -296,10 +296,13 @@ import SyncLedgerTestSupport
             #expect(record.state.lastModifiedBy == "phone-1")
             #expect(record.state.deviceModified == deviceTime)
             let entry = try #require(try ledger.entries(in: s).first)
-            #expect(entry.author == "phone-1")
+            #expect(entry.author == s.identity.rawValue, "the author is the caller, by default the identity")
+            #expect(entry.device == "phone-1")
             #expect(entry.events == [.put(key: "k", value: "v", deviceModified: deviceTime)])
             _ = try await ledger.updateRecords(s, patches: [RecordPatch(op: .remove, key: "k", syncCount: 1)], caller: "admin", sessionToken: token)
-            #expect(try ledger.entries(in: s).last?.author == "admin")
+            let last = try #require(try ledger.entries(in: s).last)
+            #expect(last.author == "admin" && last.device == nil)
+            #expect(try ledger.allRecords(s).records.first?.state.lastModifiedBy == "admin")
         }
     }
 }

@@ -25,8 +25,17 @@ import SyncLedgerTestSupport
             let report = try await server.mergeOffline(offline, deviceID: "phone")
             #expect(report.fastForward && report.conflicts.isEmpty && report.syncCount == 4)
             #expect(Set(report.applied.map(\.key)) == ["b", "d"])
-            #expect(try server.entries(in: s).map(\.hash) == device.entries(in: s).map(\.hash))
+            // One server entry per device entry, with the device's changes — but the server's
+            // own author, device and time: nothing of the device's entry but its events is kept.
+            let written = try server.entries(in: s).suffix(2)
+            let sent = try device.entries(in: s).suffix(2)
+            #expect(written.map(\.offset) == [3, 4])
+            #expect(written.map { $0.events.map(\.key) } == sent.map { $0.events.map(\.key) })
+            #expect(written.allSatisfy { $0.author == s.identity.rawValue && $0.device == "phone" })
+            #expect(zip(written, sent).allSatisfy { w, d in w.events.allSatisfy { if case .put(_, _, let t) = $0 { t == d.time } else { false } } },
+                    "the device's entry time becomes its events' device time")
             #expect(try server.values(s) == ["a": "2", "b": "offline", "c": "1", "d": "new"])
+            #expect(try server.verify().isValid)
         }
     }
 
@@ -54,7 +63,7 @@ import SyncLedgerTestSupport
             #expect(Set(report.applied.map(\.key)) == ["b", "c"] && report.syncCount == 4)
             #expect(report.applied.allSatisfy { $0.syncCount == 4 })
             #expect(try server.values(s) == ["a": "server", "b": "offline"])
-            #expect(try server.entries(in: s).last?.author == "phone")
+            #expect(try server.entries(in: s).last.map { ($0.author, $0.device) } ?? ("", nil) == (s.identity.rawValue, "phone"))
             #expect(try server.verify().isValid)
             // Everything in conflict: nothing to write, even with partial.
             try await server.put(s, ["b": "server"])

@@ -1,0 +1,321 @@
+"""Denial of service: idle connections, slowloris heads, slow bodies, too many connections, and
+large bodies held open. Each test runs its own server with small limits:
+
+    --idle-timeout S        a connection with no request in progress for S seconds is closed
+    --header-timeout S      a request head must be complete within S seconds of the connection
+                            opening (or of the previous response)
+    --body-timeout S        a request body must be complete within S seconds of its head
+    --max-connections N     connections beyond N are closed at once after accept
+    --max-body-bytes N      a larger declared body is refused before it is read
+    --max-buffered-body-bytes N  while the bodies being buffered would exceed N bytes, further
+                            requests get 429 TooManyRequestsException
+
+Every wait is on a socket with a timeout or a condition polled against a deadline (see
+dos_attacks.py, shared with tools/attack).
+
+SYNCLEDGER_DOS_DROP_UNKNOWN_FLAGS=1 drops the flags an older binary does not have, to see how
+it behaves without them (the tests then show what it lacks; they are not expected to pass)."""
+
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+import conftest
+import dos_attacks as dos
+from conftest import ADMIN_KEY, ADMIN_SECRET, new_id
+
+MiB = 1 << 20
+ADMIN = (ADMIN_KEY, ADMIN_SECRET, None)
+
+
+@functools.lru_cache(maxsize=1)
+def _known_flags():
+    out = subprocess.run([conftest.BINARY, "serve", "--help"], capture_output=True, timeout=30)
+    return set(re.findall(r"--[a-z][a-z0-9-]*", out.stdout.decode() + out.stderr.decode()))
+
+
+def serve(tmp_root, name, *args):
+    """A server of its own (fast mode) with these limits."""
+    args = list(args)
+    if os.environ.get("SYNCLEDGER_DOS_DROP_UNKNOWN_FLAGS"):
+        known, kept, i = _known_flags(), [], 0
+        while i < len(args):
+            if args[i].startswith("--") and args[i] not in known:
+                print(f"dropped {args[i]} {args[i + 1]} (unknown to {conftest.BINARY})")
+                i += 2
+                continue
+            kept.append(args[i])
+            i += 1
+        args = kept
+    return conftest.Server(os.path.join(tmp_root, name), ["--fast", *args])
+
+
+@contextlib.contextmanager
+def running(server):
+    """Stops the server after the block; it must then exit 0 on SIGTERM (unless the block
+    already failed)."""
+    try:
+        yield server
+    except BaseException:
+        server.stop(timeout=15)
+        raise
+    code = server.stop(timeout=15)
+    assert code == 0, f"the server did not exit 0 within 15 s of SIGTERM after the attack (exit {code})"
+
+
+def wait_until(condition, seconds, step=0.1):
+    """Polls `condition()` until it returns a true value or `seconds` pass; returns the last
+    value (polling a condition against a deadline, not sleeping in place of a signal)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(step)
+
+
+def fmt(times):
+    return ", ".join("open" if t is None else f"{t:.1f} s" for t in times)
+
+
+# -- (a) many idle connections ---------------------------------------------------------------
+
+IDLE = 1100
+
+
+def test_idle_connections_do_not_starve_health(tmp_root):
+    """1,100 idle connections, more than the usual default of 1,024 descriptors, are held and
+    /health still answers at once. The server gets that default soft limit (as a service
+    would) and --max-connections 1200, so it must manage its descriptors itself."""
+    if dos.raise_own_nofile(IDLE + 1000) < IDLE + 500:
+        pytest.skip("this process may not open enough descriptors for the test's own sockets")
+    with dos.nofile_limit(1024):
+        server = serve(tmp_root, "dos-idle", "--max-connections", "1200")
+    with running(server):
+        socks, errors = dos.open_idle(server.port, IDLE)
+        try:
+            assert not errors, f"{len(errors)} of {IDLE} connections could not be opened: {errors[0]}"
+            status, seconds = dos.health(server.port, timeout=5)
+            assert status == 200, (f"GET /health with {IDLE} idle connections held: {status} after {seconds:.1f} s "
+                                   f"(the server has {dos.open_fds(server.process.pid)} descriptors open)")
+            assert seconds < 5
+            # It holds them (each accepted connection is one descriptor of the server).
+            accepted = wait_until(lambda: dos.open_fds(server.process.pid) >= IDLE, 5)
+            assert accepted, (f"the server holds {dos.open_fds(server.process.pid)} descriptors, "
+                              f"not the {IDLE} idle connections under --max-connections 1200")
+            closed = sum(1 for s in socks if dos.poll_closed(s))
+            assert closed == 0, f"the server closed {closed} of {IDLE} idle connections long before any timeout"
+        finally:
+            dos.close_all(socks)
+        assert server.process.poll() is None
+
+
+# -- (b) slowloris and slow bodies -----------------------------------------------------------
+
+HEADER_TIMEOUT = 2
+MARGIN = 3
+
+
+def test_slowloris_sockets_are_closed(tmp_root):
+    server = serve(tmp_root, "dos-slowloris", "--header-timeout", str(HEADER_TIMEOUT), "--idle-timeout", "30")
+    with running(server):
+        # A head that arrives in pieces, complete well within the header timeout, is served.
+        s = dos.connect(server.port)
+        try:
+            head = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nConnection: close\r\n\r\n".encode()
+            for piece in (head[:10], head[10:30], head[30:]):
+                readable, _ = dos.ready([s], 0.3)
+                assert not readable, "the server answered or closed before the head was complete"
+                s.sendall(piece)
+            status, _, _ = dos.read_response(s, time.monotonic() + 5)
+            assert status == 200
+        finally:
+            s.close()
+
+        # Eight sockets that send a partial head, then a byte a second, forever.
+        health = []
+        times = dos.slowloris(server.port, 8, HEADER_TIMEOUT + MARGIN,
+                              on_tick=lambda elapsed: health.append(dos.health(server.port, timeout=2)))
+        assert all(t is not None for t in times), (f"slowloris sockets still open {HEADER_TIMEOUT + MARGIN} s after "
+                                                   f"connecting with --header-timeout {HEADER_TIMEOUT}: closed at {fmt(times)}")
+        assert health and all(status == 200 for status, _ in health), f"GET /health during the attack: {health}"
+        assert server.process.poll() is None
+
+
+def test_slow_body_is_cut_off(tmp_root):
+    body_timeout = 2
+    server = serve(tmp_root, "dos-slow-body", "--body-timeout", str(body_timeout), "--header-timeout", "10",
+                   "--idle-timeout", "30")
+    with running(server):
+        # A body that arrives in two pieces within the timeout gets a normal answer.
+        body = b"not a segment"
+        s = dos.connect(server.port)
+        try:
+            s.sendall(dos.signed_head(server.port, "POST", "/segments", hashlib.sha256(body).hexdigest(), len(body), ADMIN)
+                      + body[:5])
+            readable, _ = dos.ready([s], 0.5)
+            assert not readable, "the server answered or closed before the body was complete"
+            s.sendall(body[5:])
+            status, headers, _ = dos.read_response(s, time.monotonic() + 5)
+            assert status == 400 and headers.get("x-amzn-errortype") == "InvalidParameterException", (status, headers)
+        finally:
+            s.close()
+        # Bodies that trickle in a byte a second are cut off.
+        times = dos.slow_body(server.port, 4, body_timeout + MARGIN, ADMIN)
+        assert all(t is not None for t in times), (f"slow-body connections still open {body_timeout + MARGIN} s after "
+                                                   f"their heads with --body-timeout {body_timeout}: closed at {fmt(times)}")
+        status, _ = dos.health(server.port)
+        assert status == 200
+
+
+# -- (c) idle timeout ------------------------------------------------------------------------
+
+def test_idle_connections_are_closed(tmp_root):
+    idle_timeout = 2
+    server = serve(tmp_root, "dos-idle-timeout", "--idle-timeout", str(idle_timeout), "--header-timeout", "10")
+    with running(server):
+        silent = dos.connect(server.port)          # never sends anything
+        used = dos.connect(server.port)            # one request, then nothing
+        active = dos.connect(server.port)          # a request every second: never idle that long
+        socks = [silent, used, active]
+        try:
+            assert dos.get(server.port, sock=used, keep_alive=True)[0] == 200
+            answers = []
+
+            def tick(elapsed, still):
+                try:
+                    answers.append(dos.get(server.port, sock=active, keep_alive=True, timeout=2)[0])
+                except (TimeoutError, ConnectionError, OSError) as error:
+                    answers.append(repr(error))
+                return []
+
+            # All three watched for the whole time: the busy one must stay open throughout.
+            times = dos.wait_closed(socks, idle_timeout + MARGIN, on_tick=tick, tick=1.0)
+            assert all(t is not None for t in times[:2]), (f"idle connections still open {idle_timeout + MARGIN} s later "
+                                                           f"with --idle-timeout {idle_timeout}: silent {fmt(times[:1])}, "
+                                                           f"after one request {fmt(times[1:2])}")
+            assert min(times[:2]) >= idle_timeout / 2, f"idle connections closed too early: {fmt(times[:2])}"
+            assert times[2] is None and len(answers) >= idle_timeout + 2 and all(a == 200 for a in answers), \
+                f"a connection busy with a request every second was not served throughout: closed {fmt(times[2:])}, {answers}"
+        finally:
+            dos.close_all(socks)
+
+
+# -- (d) connection limit --------------------------------------------------------------------
+
+def test_connections_over_the_limit_are_closed_at_once(tmp_root):
+    limit = 20
+    server = serve(tmp_root, "dos-max-connections", "--max-connections", str(limit), "--idle-timeout", "60",
+                   "--header-timeout", "60")
+    with running(server):
+        holders = [dos.connect(server.port) for _ in range(limit)]
+        extra = []
+        try:
+            for h in holders:   # each one served, so each one is surely counted
+                assert dos.get(server.port, sock=h, keep_alive=True)[0] == 200
+            extra = [dos.connect(server.port) for _ in range(5)]
+            times = dos.wait_closed(extra, 2)
+            assert all(t is not None for t in times), \
+                f"connections over --max-connections {limit} were not closed within 2 s: {fmt(times)}"
+            status, _ = dos.health(server.port, timeout=2)
+            assert status != 200, "a connection over the limit was served"
+            for h in holders:   # the ones within the limit are untouched
+                assert dos.get(server.port, sock=h, keep_alive=True)[0] == 200
+        finally:
+            dos.close_all(holders + extra)
+        # Once the holders are gone, new connections are served again.
+        assert wait_until(lambda: dos.health(server.port, timeout=1)[0] == 200, 5), \
+            "new connections were not served after the holders closed"
+        again = [dos.connect(server.port) for _ in range(limit)]
+        try:
+            assert all(dos.get(server.port, sock=s, keep_alive=True)[0] == 200 for s in again)
+        finally:
+            dos.close_all(again)
+
+
+# -- (e) large bodies held open ----------------------------------------------------------------
+
+def test_large_bodies_held_open_are_bounded(tmp_root):
+    max_body, budget, count = 8 * MiB, 32 * MiB, 32
+    server = serve(tmp_root, "dos-large-bodies", "--max-body-bytes", str(max_body),
+                   "--max-buffered-body-bytes", str(budget))
+    with running(server):
+        pid = server.process.pid
+        pool, identity = new_id(), new_id()
+        cred = server.mint(pool, identity)
+        as_identity = (cred["AccessKeyId"], cred["SecretAccessKey"], None)
+        for _ in range(5):
+            dos.health(server.port)
+        base = dos.proc_status(pid)["VmHWM"]
+        # Any identity: many UpdateRecords bodies just under the limit, each held one byte short
+        # of complete.
+        path = dos.update_records_path(pool, identity, "big")
+        result = dos.large_body_attack(server.port, pid, count, max_body - 1, as_identity, path=path,
+                                       content_type="application/json", seconds=30)
+        growth = max(result.hwm, result.peak_rss) - base
+        bound = 2 * budget + 48 * MiB
+        refused = [i for i, (status, _) in result.answers.items() if status == 429]
+        summary = (f"{count} bodies of {(max_body - 1) / MiB:.1f} MiB, {sum(result.sent) / MiB:.0f} MiB sent; "
+                   f"answers {result.statuses()}, closed without an answer {len(result.closed)}; "
+                   f"peak RSS {base / MiB:.0f} MiB at rest -> {max(result.hwm, result.peak_rss) / MiB:.0f} MiB")
+        print(summary)
+        assert growth <= bound, (f"peak RSS grew by {growth / MiB:.0f} MiB under the attack, more than "
+                                 f"{bound / MiB:.0f} MiB (2 x --max-buffered-body-bytes + 48 MiB): {summary}")
+        # Beyond the budget, requests are refused: a 429 (which a client still sending may see
+        # only as a reset, so a close without an answer counts as refused too).
+        wanted = count - budget // max_body - 1
+        assert len(refused) + len(result.closed) >= wanted, (
+            f"only {len(refused)} requests got 429 (and {len(result.closed)} were closed); with a budget of "
+            f"{budget / MiB:.0f} MiB at least {wanted} of {count} must be refused: {summary}")
+        assert refused, f"no request got 429: {summary}"
+        assert all(status == 429 and kind == "TooManyRequestsException" for status, kind in result.answers.values()), \
+            f"early answers other than 429 TooManyRequestsException: {result.answers}"
+        # The budget comes back: a request with a 2 MiB body is judged on its content again (not
+        # JSON: 400).
+        body = b"\0" * (2 * MiB)
+
+        def judged():
+            r = server.raw("POST", path, body=body, headers={"Content-Type": "application/json"},
+                           key=as_identity[0], secret=as_identity[1])
+            return r if r.status_code != 429 else None
+
+        r = wait_until(judged, 5, step=0.2)
+        assert r and r.status_code == 400 and r.headers.get("x-amzn-ErrorType") == "InvalidParameterException", \
+            f"after the attack a 2 MiB body was not judged on its content: {r and (r.status_code, r.text[:200])}"
+        assert dos.health(server.port)[0] == 200
+
+
+# -- (f) a body over the limit is refused before it is read ---------------------------------------
+
+@pytest.mark.parametrize("variant", ["10-GiB", "limit+1", "10-GiB-expect-continue", "chunked-over-limit"])
+def test_oversize_body_is_refused_before_it_is_read(tmp_root, variant):
+    limit = 1 * MiB
+    server = serve(tmp_root, f"dos-oversize-{variant}", "--max-body-bytes", str(limit))
+    with running(server):
+        s = dos.connect(server.port)
+        try:
+            if variant == "chunked-over-limit":
+                head = dos.signed_head(server.port, "POST", "/segments", "UNSIGNED-PAYLOAD", 0, ADMIN)
+                head = head.replace(b"Content-Length: 0\r\n", b"Transfer-Encoding: chunked\r\n")
+                size = limit + 64 * 1024
+                s.sendall(head + b"%x\r\n" % (10 << 30) + b"\0" * size)   # a 10 GiB chunk, never finished
+            else:
+                declared = 10 << 30 if variant.startswith("10-GiB") else limit + 1
+                s.sendall(dos.oversize_head(server.port, declared, ADMIN, expect_continue="expect" in variant))
+            try:
+                status, headers, body = dos.read_response(s, time.monotonic() + 5)
+            except TimeoutError:
+                pytest.fail(f"{variant}: no answer within 5 s; the server waits for (or reads) a body over "
+                            f"--max-body-bytes {limit} instead of refusing it")
+            except ConnectionError as error:
+                pytest.fail(f"{variant}: the server closed the connection without an answer: {error}")
+            assert 400 <= status < 500, (variant, status, headers, body[:200])
+        finally:
+            s.close()
+        assert dos.health(server.port)[0] == 200
