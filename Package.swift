@@ -118,7 +118,14 @@ let package = Package(
         ),
         .testTarget(
             name: "SyncLedgerServerTests",
-            dependencies: ["SyncLedgerServer", "SyncLedger", "SyncLedgerTestSupport"],
+            dependencies: [
+                "SyncLedgerServer", "SyncLedger", "SyncLedgerTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

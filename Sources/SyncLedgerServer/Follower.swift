@@ -123,14 +123,23 @@ struct Follower: Sendable {
     /// The most segment bytes asked for per pull.
     var maxBytes = 1 << 20
 
+    /// The shortest time between two pulls that found nothing new: the pace when the leader
+    /// does not hold pulls (``wait`` 0, or a leader that ignores it).
+    var minimumEmptyPullInterval: Duration = .milliseconds(500)
+
     /// Runs until the task is cancelled. Failures are logged, counted and retried with
     /// backoff; nothing that fails a check is ever merged.
     func run() async {
         var backoff = Duration.milliseconds(100)
         while !Task.isCancelled {
             do {
-                try await pullOnce()
+                let started = ContinuousClock.now
+                let merged = try await pullOnce()
                 backoff = .milliseconds(100)
+                let elapsed = ContinuousClock.now - started
+                if !merged, elapsed < minimumEmptyPullInterval {
+                    try await Task.sleep(for: minimumEmptyPullInterval - elapsed)
+                }
             } catch {
                 if Task.isCancelled || error is CancellationError { return }
                 let failure = error as? ReplicationFailure ?? ReplicationFailure(.transport, "cannot reach the leader \(client.url): \(error)")
@@ -146,8 +155,10 @@ struct Follower: Sendable {
         }
     }
 
-    /// One long-polled GET of the feed after the checkpoint; merges what it brings.
-    func pullOnce() async throws {
+    /// One long-polled GET of the feed after the checkpoint; merges what it brings and
+    /// returns whether it brought a segment.
+    @discardableResult
+    func pullOnce() async throws -> Bool {
         let checkpoint = try ledger.replicationCheckpoint
         let nonce = FeedAuthentication.makeNonce()
         let waitSeconds = max(0, wait.components.seconds)
@@ -169,7 +180,7 @@ struct Follower: Sendable {
         status.state.withLock { $0.leaderSequence = leaderSequence; $0.checkpoint = checkpoint }
         guard answer.status == 200 else {
             status.state.withLock { $0.caughtUpAt = Date(); $0.lastError = nil; $0.lastErrorReason = nil }
-            return
+            return false
         }
         let report: MergeReport
         do {
@@ -186,6 +197,7 @@ struct Follower: Sendable {
             if state.checkpoint >= state.leaderSequence { state.caughtUpAt = Date() }
         }
         logger.debug("replicated", metadata: ["applied": "\(report.applied)", "skipped": "\(report.skipped)", "checkpoint": "\(report.lastSourceSequence)"])
+        return true
     }
 
     /// Checks the answer's signature (docs/replication.md); returns the leader's ledger id and
