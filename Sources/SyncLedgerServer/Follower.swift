@@ -1,10 +1,41 @@
 import Foundation
 import Logging
-import NIOCore
-import NIOHTTP1
-import NIOPosix
 import SyncLedger
 import Synchronization
+
+/// Why a pull from the leader merged nothing.
+struct ReplicationFailure: Error, CustomStringConvertible {
+    /// The kind of failure: the label of `syncledger_replication_errors_total`.
+    enum Reason: String, CaseIterable, Sendable {
+        /// The leader could not be reached or the connection broke (retried).
+        case transport
+        /// The leader answered with an error status (retried).
+        case leaderError = "leader_error"
+        /// The answer's signature is missing or wrong: it may not come from the leader.
+        case badSignature = "bad_signature"
+        /// Another ledger answers at the leader's address.
+        case wrongLedger = "wrong_ledger"
+        /// The leader's latest sequence is below this follower's checkpoint: it is not the
+        /// ledger this follower replicated (or it was restored from an older copy).
+        case sequenceRegressed = "sequence_regressed"
+        /// The segment was refused by the merge (gap, broken chain, divergence, damage).
+        case merge
+
+        /// Failures that will not go away by retrying: the follower keeps checking, slowly,
+        /// and merges nothing until an operator points it at the right leader.
+        var halts: Bool { self == .wrongLedger || self == .sequenceRegressed }
+    }
+
+    let reason: Reason
+    let message: String
+
+    init(_ reason: Reason, _ message: String) {
+        self.reason = reason
+        self.message = message
+    }
+
+    var description: String { message }
+}
 
 /// What a follower knows about its replication: shown in `/metrics` and the digest answer.
 final class ReplicationStatus: Sendable {
@@ -13,6 +44,10 @@ final class ReplicationStatus: Sendable {
         var checkpoint: UInt64 = 0
         var caughtUpAt = Date()
         var lastError: String?
+        var lastErrorReason: ReplicationFailure.Reason?
+        var errors: [ReplicationFailure.Reason: UInt64] = [:]
+        /// Feed answers received, by HTTP status (200: a segment, 204: nothing new).
+        var pulls: [Int: UInt64] = [:]
     }
 
     let leader: String
@@ -25,134 +60,160 @@ final class ReplicationStatus: Sendable {
         state.withLock { $0.leaderSequence > $0.checkpoint ? Date().timeIntervalSince($0.caughtUpAt) : 0 }
     }
 
+    func recordFailure(_ failure: ReplicationFailure) {
+        state.withLock { s in
+            s.lastError = failure.message
+            s.lastErrorReason = failure.reason
+            s.errors[failure.reason, default: 0] += 1
+        }
+    }
+
     func write(_ w: inout JSONWriter) {
         let s = state.withLock { $0 }
         w.member("Leader", leader)
         w.member("LeaderSequence", int: s.leaderSequence)
         w.member("Checkpoint", int: s.checkpoint)
         w.member("LastError", s.lastError)
+        w.member("LastErrorReason", s.lastErrorReason?.rawValue)
     }
 
     func metrics() -> String {
-        """
-        # HELP syncledger_replication_lag_entries Leader entries not yet applied by this follower.
-        # TYPE syncledger_replication_lag_entries gauge
-        syncledger_replication_lag_entries \(lagEntries)
-        # HELP syncledger_replication_lag_seconds Seconds since this follower was last caught up (0 when it is).
-        # TYPE syncledger_replication_lag_seconds gauge
-        syncledger_replication_lag_seconds \(lagSeconds)
+        let s = state.withLock { $0 }
+        var out = """
+            # HELP syncledger_replication_lag_entries Leader entries not yet applied by this follower.
+            # TYPE syncledger_replication_lag_entries gauge
+            syncledger_replication_lag_entries \(lagEntries)
+            # HELP syncledger_replication_lag_seconds Seconds since this follower was last caught up (0 when it is).
+            # TYPE syncledger_replication_lag_seconds gauge
+            syncledger_replication_lag_seconds \(lagSeconds)
+            # HELP syncledger_replication_errors_total Pulls from the leader that merged nothing, by reason.
+            # TYPE syncledger_replication_errors_total counter
 
-        """
+            """
+        for reason in ReplicationFailure.Reason.allCases {
+            out += "syncledger_replication_errors_total{reason=\"\(reason.rawValue)\"} \(s.errors[reason] ?? 0)\n"
+        }
+        out += "# HELP syncledger_replication_halted 1 while the leader's address answers with another ledger (or an older one): nothing is merged.\n"
+        out += "# TYPE syncledger_replication_halted gauge\nsyncledger_replication_halted \(s.lastErrorReason?.halts == true ? 1 : 0)\n"
+        out += "# HELP syncledger_replication_pulls_total Authenticated feed answers from the leader, by HTTP status.\n# TYPE syncledger_replication_pulls_total counter\n"
+        for status in [200, 204] {
+            out += "syncledger_replication_pulls_total{status=\"\(status)\"} \(s.pulls[status] ?? 0)\n"
+        }
+        return out
     }
 }
 
-/// Pulls the leader's change feed as segments, verifies and merges them, and keeps the
-/// checkpoint in the ledger, so a restart or a cut connection resumes where it stopped.
+/// Pulls the leader's change feed as segments, authenticates every answer, verifies and merges
+/// the segments, and keeps the checkpoint in the ledger, so a restart or a cut connection
+/// resumes where it stopped.
+///
+/// Each pull long-polls: the leader holds it until it has entries after the checkpoint or
+/// ``wait`` passes, so an idle follower sends one request per ``wait`` and a write reaches it
+/// as soon as it is committed.
 struct Follower: Sendable {
     let ledger: Ledger
-    let leaderHost: String
-    let leaderPort: Int
-    let signer: SigV4Signer
+    let client: LeaderClient
+    /// The secret of the shared admin credential: it signs the requests and keys the answers'
+    /// signatures.
+    let secret: String
     let status: ReplicationStatus
     let logger: Logger
-    var pollInterval: Duration = .milliseconds(200)
+    /// How long the leader may hold a pull that finds nothing new.
+    var wait: Duration = .seconds(20)
+    /// The most segment bytes asked for per pull.
     var maxBytes = 1 << 20
 
-    init(ledger: Ledger, leader: String, accessKeyID: String, secretAccessKey: String, status: ReplicationStatus, logger: Logger) throws {
-        guard let url = URL(string: leader), let host = url.host, url.scheme == "http" else {
-            throw WireError.invalidParameter("--follow needs an http://HOST:PORT URL, not \(leader)")
-        }
-        self.ledger = ledger
-        self.leaderHost = host
-        self.leaderPort = url.port ?? 80
-        self.signer = SigV4Signer(accessKeyID: accessKeyID, secretAccessKey: secretAccessKey)
-        self.status = status
-        self.logger = logger
-    }
+    /// The shortest time between two pulls that found nothing new: the pace when the leader
+    /// does not hold pulls (``wait`` 0, or a leader that ignores it).
+    var minimumEmptyPullInterval: Duration = .milliseconds(500)
 
-    /// Runs until the task is cancelled.
+    /// Runs until the task is cancelled. Failures are logged, counted and retried with
+    /// backoff; nothing that fails a check is ever merged.
     func run() async {
         var backoff = Duration.milliseconds(100)
         while !Task.isCancelled {
             do {
-                let pulled = try await pullOnce()
+                let started = ContinuousClock.now
+                let merged = try await pullOnce()
                 backoff = .milliseconds(100)
-                if !pulled { try await Task.sleep(for: pollInterval) }
-            } catch is CancellationError {
-                return
+                let elapsed = ContinuousClock.now - started
+                if !merged, elapsed < minimumEmptyPullInterval {
+                    try await Task.sleep(for: minimumEmptyPullInterval - elapsed)
+                }
             } catch {
-                status.state.withLock { $0.lastError = "\(error)" }
-                logger.warning("replication pull failed; retrying", metadata: ["error": "\(error)", "retry_ms": "\(backoff.components.seconds * 1000 + backoff.components.attoseconds / 1_000_000_000_000_000)"])
-                try? await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(5))
+                if Task.isCancelled || error is CancellationError { return }
+                let failure = error as? ReplicationFailure ?? ReplicationFailure(.transport, "cannot reach the leader \(client.url): \(error)")
+                status.recordFailure(failure)
+                let pause = failure.reason.halts ? max(backoff, .seconds(1)) : backoff
+                logger.warning("replication pull merged nothing; retrying", metadata: [
+                    "reason": "\(failure.reason.rawValue)", "error": "\(failure.message)",
+                    "retry_ms": "\(pause.components.seconds * 1000 + pause.components.attoseconds / 1_000_000_000_000_000)",
+                ])
+                do { try await Task.sleep(for: pause) } catch { return }
+                backoff = min(backoff * 2, failure.reason.halts ? .seconds(30) : .seconds(5))
             }
         }
     }
 
-    /// One GET of the feed after the checkpoint; returns whether it applied a segment.
+    /// One long-polled GET of the feed after the checkpoint; merges what it brings and
+    /// returns whether it brought a segment.
+    @discardableResult
     func pullOnce() async throws -> Bool {
         let checkpoint = try ledger.replicationCheckpoint
-        let query = "after=\(checkpoint)&maxBytes=\(maxBytes)"
-        let (code, headers, body) = try await get(path: "/segments/feed", query: query)
-        let leaderSequence = headers.first(name: "x-syncledger-last-sequence").flatMap { UInt64($0) }
-        if let leaderSequence { status.state.withLock { $0.leaderSequence = leaderSequence; $0.checkpoint = checkpoint } }
-        switch code {
-        case 204:
-            status.state.withLock { $0.caughtUpAt = Date(); $0.lastError = nil }
-            return false
-        case 200:
-            guard let leaderID = headers.first(name: "x-syncledger-ledger-id"), !leaderID.isEmpty else {
-                throw WireError(type: "ReplicationError", status: 502, message: "the leader's answer does not name its ledger (x-syncledger-ledger-id)")
-            }
-            let report = try await ledger.mergeFromLeader(try ledger.decodeSegment(body), leaderID: leaderID)
-            status.state.withLock { state in
-                state.checkpoint = report.lastSourceSequence
-                state.lastError = nil
-                if state.checkpoint >= state.leaderSequence { state.caughtUpAt = Date() }
-            }
-            logger.debug("replicated", metadata: ["applied": "\(report.applied)", "skipped": "\(report.skipped)", "checkpoint": "\(report.lastSourceSequence)"])
-            return true
-        default:
-            throw WireError(type: "ReplicationError", status: code, message: "the leader answered \(code): \(String(decoding: body.prefix(300), as: UTF8.self))")
+        let nonce = FeedAuthentication.makeNonce()
+        let waitSeconds = max(0, wait.components.seconds)
+        let query = "after=\(checkpoint)&maxBytes=\(maxBytes)&wait=\(waitSeconds)"
+        let answer = try await client.get(path: "/segments/feed", query: query, signedHeaders: [(FeedAuthentication.nonceHeader, nonce)],
+                                          deadline: wait + .seconds(60))
+        guard answer.status == 200 || answer.status == 204 else {
+            throw ReplicationFailure(.leaderError, "the leader \(client.url) answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))")
         }
+        let (ledgerID, leaderSequence) = try authenticate(answer, nonce: nonce, after: checkpoint)
+        // From here on the answer is the leader's own, for this request.
+        status.state.withLock { $0.pulls[answer.status, default: 0] += 1 }
+        if let known = try ledger.replicationLeaderID, known != ledgerID {
+            throw ReplicationFailure(.wrongLedger, "the leader's address \(client.url) now answers with ledger \(ledgerID), but this follower replicates ledger \(known); nothing was merged — point --follow at the right leader, or start this follower on a new data directory")
+        }
+        guard leaderSequence >= checkpoint else {
+            throw ReplicationFailure(.sequenceRegressed, "the leader \(client.url) (ledger \(ledgerID)) is at sequence \(leaderSequence), below this follower's checkpoint \(checkpoint): it is not the history this follower replicated (restored from an older copy?); nothing was merged")
+        }
+        status.state.withLock { $0.leaderSequence = leaderSequence; $0.checkpoint = checkpoint }
+        guard answer.status == 200 else {
+            status.state.withLock { $0.caughtUpAt = Date(); $0.lastError = nil; $0.lastErrorReason = nil }
+            return false
+        }
+        let report: MergeReport
+        do {
+            report = try await ledger.mergeFromLeader(try ledger.decodeSegment(answer.body), leaderID: ledgerID)
+        } catch let error as LedgerError where error.code == .wrongLedger {
+            throw ReplicationFailure(.wrongLedger, "\(error.message) (leader address \(client.url))")
+        } catch let error as LedgerError where error.code != .closed && error.code != .diskFull && error.code != .storage {
+            throw ReplicationFailure(.merge, "the leader's segment after sequence \(checkpoint) was refused: \(error.message)")
+        }
+        status.state.withLock { state in
+            state.checkpoint = report.lastSourceSequence
+            state.lastError = nil
+            state.lastErrorReason = nil
+            if state.checkpoint >= state.leaderSequence { state.caughtUpAt = Date() }
+        }
+        logger.debug("replicated", metadata: ["applied": "\(report.applied)", "skipped": "\(report.skipped)", "checkpoint": "\(report.lastSourceSequence)"])
+        return true
     }
 
-    private func get(path: String, query: String) async throws -> (Int, HTTPHeaders, [UInt8]) {
-        let host = "\(leaderHost):\(leaderPort)"
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connectTimeout(.seconds(5))
-            .connect(host: leaderHost, port: leaderPort) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                    return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
-                }
-            }
-        return try await channel.executeThenClose { inbound, outbound in
-            var headers = HTTPHeaders()
-            headers.add(name: "host", value: host)
-            for (name, value) in signer.sign(method: "GET", host: host, rawPath: path, rawQuery: query, body: []) {
-                headers.add(name: name, value: value)
-            }
-            try await outbound.write(contentsOf: [
-                .head(HTTPRequestHead(version: .http1_1, method: .GET, uri: "\(path)?\(query)", headers: headers)),
-                .end(nil),
-            ])
-            var status = 0
-            var responseHeaders = HTTPHeaders()
-            var body: [UInt8] = []
-            for try await part in inbound {
-                switch part {
-                case .head(let head):
-                    status = Int(head.status.code)
-                    responseHeaders = head.headers
-                case .body(let buffer):
-                    body += buffer.readableBytesView
-                    guard body.count <= 80 << 20 else { throw WireError.invalidParameter("the leader's segment exceeds 80 MiB") }
-                case .end:
-                    return (status, responseHeaders, body)
-                }
-            }
-            throw WireError.internalError("the leader closed the connection mid-response")
+    /// Checks the answer's signature (docs/replication.md); returns the leader's ledger id and
+    /// latest sequence, which the signature covers.
+    private func authenticate(_ answer: LeaderClient.Answer, nonce: String, after: UInt64) throws -> (String, UInt64) {
+        guard let signature = answer.header(FeedAuthentication.signatureHeader) else {
+            throw ReplicationFailure(.badSignature, "the answer from \(client.url) is not signed (no \(FeedAuthentication.signatureHeader)): it is not from a SyncLedger leader of this version, or something between rewrote it; nothing was merged")
         }
+        guard let ledgerID = answer.header(FeedAuthentication.ledgerIDHeader), !ledgerID.isEmpty,
+              let sequenceText = answer.header(FeedAuthentication.lastSequenceHeader), let sequence = UInt64(sequenceText) else {
+            throw ReplicationFailure(.badSignature, "the answer from \(client.url) lacks \(FeedAuthentication.ledgerIDHeader) or \(FeedAuthentication.lastSequenceHeader); nothing was merged")
+        }
+        let fields = FeedAuthentication.Answer(nonce: nonce, status: answer.status, after: after, ledgerID: ledgerID, lastSequence: sequence, body: answer.body)
+        guard FeedAuthentication.verify(signature, fields, secret: secret) else {
+            throw ReplicationFailure(.badSignature, "the signature of the answer from \(client.url) does not match (a different admin secret, or the answer was altered on the way); nothing was merged")
+        }
+        return (ledgerID, sequence)
     }
 }

@@ -1,9 +1,11 @@
 import Foundation
 public import SyncLedger
 import Hummingbird
+import HummingbirdCore
 public import Logging
 import NIOCore
-import HTTPTypes
+import NIOSSL
+import Synchronization
 
 /// How `syncledger serve` runs.
 public struct ServerConfiguration: Sendable {
@@ -13,8 +15,27 @@ public struct ServerConfiguration: Sendable {
     public var host: String = "127.0.0.1"
     /// The port (0: any free port; the chosen one is printed).
     public var port: Int = 8080
-    /// Request bodies larger than this are refused with InvalidParameterException.
+    /// Request bodies larger than this are refused with 413 InvalidParameterException, before
+    /// they are read.
     public var maxBodyBytes: Int = 4 << 20
+    /// The most request-body bytes buffered at once, over all connections; a request that
+    /// would pass it is refused at once with 429 TooManyRequestsException.
+    public var maxBufferedBodyBytes: Int = 256 << 20
+    /// The most open connections. At the limit, the connection idle the longest is closed to
+    /// make room; when every connection has a request in progress, the new one is closed.
+    public var maxConnections: Int = 1000
+    /// A connection with no request in progress for this long is closed.
+    public var idleTimeout: Duration = .seconds(60)
+    /// A request head must be complete this long after the connection opened (or after the
+    /// first byte of a later request); otherwise the connection is closed.
+    public var headerTimeout: Duration = .seconds(10)
+    /// A request body must be complete this long after its head; otherwise the connection is
+    /// closed.
+    public var bodyTimeout: Duration = .seconds(60)
+    /// PEM certificate chain (leaf first) to serve HTTPS with; give ``tlsKey`` too.
+    public var tlsCertificate: String?
+    /// PEM private key of ``tlsCertificate``.
+    public var tlsKey: String?
     /// The ledger's options (durability, limits, session lifetime).
     public var ledger = LedgerOptions()
     /// The admin credential's access key id and secret (from `SYNCLEDGER_ACCESS_KEY_ID` /
@@ -25,126 +46,156 @@ public struct ServerConfiguration: Sendable {
     public var adminSecretAccessKey: String?
     /// Keep a bulk publish IN_PROGRESS at least this long.
     public var bulkPublishMinimum: Duration = .zero
-    /// The leader's URL (`http://HOST:PORT`): run as a read-only follower that replicates it,
-    /// signing with the admin credential above (which the leader must share).
+    /// The leader's URL (`http://HOST:PORT` or `https://HOST:PORT`): run as a read-only
+    /// follower that replicates it, signing with the admin credential above (which the leader
+    /// must share).
     public var follow: String?
+    /// PEM certificates the follower trusts for an https leader (a private CA, or the leader's
+    /// self-signed certificate); nil: the system's roots.
+    public var followCA: String?
+    /// How long the leader may hold a follower's pull that finds nothing new (at most 30 s).
+    public var followWait: Duration = .seconds(20)
     /// Called once the server listens, with the bound port.
     public var onListening: @Sendable (Int) -> Void = { _ in }
 
     /// The defaults: ./syncledger-data, 127.0.0.1:8080, 4 MiB bodies, durable.
     public init() {}
+
+    /// Checks that the values make sense together.
+    ///
+    /// - Throws: ``StartupError`` naming the option and the value.
+    public func validate() throws {
+        guard (0...65535).contains(port) else { throw StartupError("--port \(port) is not a port: give 0 (any free port) to 65535") }
+        guard maxBodyBytes >= 1 else { throw StartupError("--max-body-bytes must be at least 1, not \(maxBodyBytes)") }
+        guard maxBufferedBodyBytes >= maxBodyBytes else {
+            throw StartupError("--max-buffered-body-bytes \(maxBufferedBodyBytes) is below --max-body-bytes \(maxBodyBytes): the largest request could never be read")
+        }
+        guard maxConnections >= 1 else { throw StartupError("--max-connections must be at least 1, not \(maxConnections)") }
+        for (name, value) in [("--idle-timeout", idleTimeout), ("--header-timeout", headerTimeout), ("--body-timeout", bodyTimeout)] {
+            guard value > .zero, value <= .seconds(86_400) else { throw StartupError("\(name) must be more than 0 and at most 86400 seconds") }
+        }
+        guard (tlsCertificate == nil) == (tlsKey == nil) else {
+            throw StartupError("give both --tls-cert and --tls-key to serve HTTPS, or neither")
+        }
+        if followCA != nil, !(follow?.lowercased().hasPrefix("https://") ?? false) {
+            throw StartupError("--follow-ca is for an https:// leader (--follow https://HOST:PORT)")
+        }
+        guard followWait >= .zero, followWait <= CognitoAPI.maxFeedWait else { throw StartupError("--follow-wait must be 0 to 30 seconds") }
+    }
 }
 
 /// The SyncLedger HTTP server: the Cognito Sync API, `/health` and `/metrics` on Hummingbird.
 public enum SyncLedgerServer {
-    /// Opens the ledger, serves until SIGINT or SIGTERM, lets in-flight requests finish, then
-    /// closes the ledger (finishing queued writes).
+    /// Takes the data directory's lock, opens the ledger, serves until SIGINT or SIGTERM, lets
+    /// in-flight requests finish, then closes the ledger (finishing queued writes).
+    ///
+    /// - Throws: ``StartupError`` when the configuration is invalid, another server holds the
+    ///   data directory, the TLS files cannot be read, or the address is taken; ``LedgerError``
+    ///   when the ledger cannot be opened.
     public static func run(_ configuration: ServerConfiguration, logger: Logger = Logger(label: "syncledger")) async throws {
+        try configuration.validate()
+        if configuration.follow != nil, configuration.adminAccessKeyID == nil || configuration.adminSecretAccessKey == nil {
+            throw StartupError("a follower signs its pulls with the leader's admin credential: set SYNCLEDGER_ACCESS_KEY_ID and SYNCLEDGER_SECRET_ACCESS_KEY")
+        }
+        // The lock comes first: nothing in the directory is touched while another server has it.
+        let lock = try Startup.lockDataDirectory(configuration.dataDirectory)
+        defer { lock.unlock() }
+        let tls = try configuration.tlsCertificate.map { try TLSFiles.server(certificate: $0, key: configuration.tlsKey ?? "") }
+        let client = try configuration.follow.map { leader in
+            try LeaderClient(
+                leader: leader, tls: try TLSFiles.client(trusting: configuration.followCA),
+                signer: SigV4Signer(accessKeyID: configuration.adminAccessKeyID ?? "", secretAccessKey: configuration.adminSecretAccessKey ?? ""),
+                readTimeout: configuration.followWait + .seconds(15))
+        }
+        do {
+            try await serve(configuration, tls: tls, leader: client, logger: logger)
+        } catch {
+            await client?.shutdown()
+            throw error
+        }
+        await client?.shutdown()
+    }
+
+    private static func serve(_ configuration: ServerConfiguration, tls: TLSConfiguration?, leader client: LeaderClient?, logger: Logger) async throws {
+        try await Startup.checkPortFree(host: configuration.host, port: configuration.port)
+        let maxConnections = Startup.fitConnections(configuration.maxConnections) { logger.warning("\($0)") }
         let ledger = try Ledger(directory: configuration.dataDirectory, options: configuration.ledger)
         defer { ledger.close() }
-        let admin: Credential
-        if let id = configuration.adminAccessKeyID, let secret = configuration.adminSecretAccessKey, !id.isEmpty, !secret.isEmpty {
-            admin = Credential(accessKeyID: id, secretAccessKey: secret, scope: .admin)
-        } else {
-            let (stored, created) = try ledger.secrets.generatedAdminCredential()
-            admin = stored
-            if created {
-                say("""
-                    Generated the admin (developer) credential; it is kept in \(configuration.dataDirectory) and shown only this once:
-                      AccessKeyId:     \(stored.accessKeyID)
-                      SecretAccessKey: \(stored.secretAccessKey)
-                    Set SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY to use your own.
-                    """)
-            } else {
-                say("Using the admin credential kept in \(configuration.dataDirectory) (access key \(stored.accessKeyID)).")
-            }
-        }
-        for pool in configuration.follow != nil ? [] : try await ledger.failInterruptedBulkPublishes(caller: "syncledger-server") {
+        let admin = try adminCredential(configuration, ledger)
+        for pool in client != nil ? [] : try await ledger.failInterruptedBulkPublishes(caller: "syncledger-server") {
             logger.warning("a bulk publish was interrupted by a restart; marked FAILED", metadata: ["pool": "\(pool)"])
         }
         var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, admin: admin), bulkPublishMinimum: configuration.bulkPublishMinimum)
         var follower: Follower?
-        if let leader = configuration.follow {
-            guard configuration.adminAccessKeyID != nil else {
-                throw WireError.invalidParameter("a follower signs its pulls with the leader's admin credential: set SYNCLEDGER_ACCESS_KEY_ID and SYNCLEDGER_SECRET_ACCESS_KEY")
-            }
-            let status = ReplicationStatus(leader: leader)
-            follower = try Follower(ledger: ledger, leader: leader, accessKeyID: admin.accessKeyID, secretAccessKey: admin.secretAccessKey, status: status, logger: logger)
-            api.followedLeader = leader
+        if let client {
+            let status = ReplicationStatus(leader: client.url)
+            follower = Follower(ledger: ledger, client: client, secret: admin.secretAccessKey, status: status, logger: logger, wait: configuration.followWait)
+            api.followedLeader = client.url
             api.replication = status
         }
+        let shared = TransportShared(
+            limits: HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,
+                               bodyTimeout: configuration.bodyTimeout, maxBodyBytes: configuration.maxBodyBytes),
+            connections: ConnectionRegistry(maximum: maxConnections),
+            budget: BodyBudget(capacity: configuration.maxBufferedBodyBytes),
+            metrics: TransportMetrics())
         let handler = RequestHandler(
             api: api,
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication),
-            ledger: ledger, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
+            transport: shared, ledger: ledger, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
         let onListening = configuration.onListening
         let host = configuration.host
+        let listening = Atomic<Bool>(false)
         let app = Application(
             responder: CallbackResponder<BasicRequestContext> { request, _ in await handler.respond(request) },
-            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "SyncLedger"),
+            server: .guarded(shared, tls: tls, logger: logger),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "SyncLedger", backlog: 1024),
             onServerRunning: { channel in
+                listening.store(true, ordering: .releasing)
                 let port = channel.localAddress?.port ?? 0
-                logger.info("listening", metadata: ["host": "\(host)", "port": "\(port)", "data": "\(configuration.dataDirectory)"])
+                logger.info("listening", metadata: [
+                    "host": "\(host)", "port": "\(port)", "data": "\(configuration.dataDirectory)", "tls": "\(tls != nil)",
+                    "max_connections": "\(maxConnections)",
+                ])
                 onListening(port)
             },
             logger: logger)
         let replication = follower.map { f in Task { await f.run() } }
-        defer { replication?.cancel() }
         if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
-        try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+        do {
+            try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+        } catch {
+            replication?.cancel()
+            await replication?.value
+            throw listening.load(ordering: .acquiring) ? error : Startup.describeBindError(error, host: configuration.host, port: configuration.port)
+        }
+        replication?.cancel()
+        await replication?.value
         logger.info("stopped; closing the ledger")
+    }
+
+    /// The admin credential from the configuration, or the one kept in the data directory
+    /// (made, and shown once, on first start).
+    private static func adminCredential(_ configuration: ServerConfiguration, _ ledger: Ledger) throws -> Credential {
+        if let id = configuration.adminAccessKeyID, let secret = configuration.adminSecretAccessKey, !id.isEmpty, !secret.isEmpty {
+            return Credential(accessKeyID: id, secretAccessKey: secret, scope: .admin)
+        }
+        let (stored, created) = try ledger.secrets.generatedAdminCredential()
+        if created {
+            say("""
+                Generated the admin (developer) credential; it is kept in \(configuration.dataDirectory) and shown only this once:
+                  AccessKeyId:     \(stored.accessKeyID)
+                  SecretAccessKey: \(stored.secretAccessKey)
+                Set SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY to use your own.
+                """)
+        } else {
+            say("Using the admin credential kept in \(configuration.dataDirectory) (access key \(stored.accessKeyID)).")
+        }
+        return stored
     }
 }
 
 /// Writes a line to standard output at once (not buffered), for whoever reads it.
 func say(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
-}
-
-/// Adapts Hummingbird requests to the API, and logs and measures each one.
-struct RequestHandler: Sendable {
-    let api: CognitoAPI
-    let metrics: ServerMetrics
-    let ledger: Ledger
-    let maxBodyBytes: Int
-    let logger: Logger
-
-    func respond(_ request: Request) async -> Response {
-        let start = ContinuousClock.now
-        let path = request.uri.path
-        if request.method == .get, path == "/health" {
-            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}")))
-        }
-        if request.method == .get, path == "/metrics" {
-            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: metrics.render(ledger: ledger))))
-        }
-        var request = request
-        let wire: WireResponse
-        var operation = "Unknown"
-        var identity: String?
-        do {
-            let buffer = try await request.collectBody(upTo: maxBodyBytes)
-            // HTTP/1's Host header arrives as the :authority pseudo-header.
-            var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
-            if let authority = request.head.authority { headers.append(("host", authority)) }
-            (wire, operation, identity) = await api.handle(WireRequest(
-                method: request.method.rawValue, rawPath: path, rawQuery: request.uri.query,
-                headers: headers, body: Array(buffer.readableBytesView)))
-        } catch {
-            wire = .error(.invalidParameter("the request body exceeds \(maxBodyBytes) bytes or could not be read"))
-        }
-        let elapsed = (ContinuousClock.now - start).components
-        let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
-        let micros = Int(seconds * 1_000_000)
-        metrics.record(operation: operation, status: wire.status, seconds: seconds)
-        logger.info("request", metadata: [
-            "op": "\(operation)", "identity": "\(identity ?? "-")", "status": "\(wire.status)",
-            "ms": "\(micros / 1000).\(String(micros % 1000 + 1000).dropFirst())",
-        ])
-        var fields = HTTPFields()
-        for (name, value) in wire.headers {
-            if let n = HTTPField.Name(name) { fields.append(HTTPField(name: n, value: value)) }
-        }
-        return Response(status: .init(code: wire.status), headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: wire.body)))
-    }
 }

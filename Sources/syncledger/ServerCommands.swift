@@ -8,27 +8,66 @@ struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Serve the Cognito Sync REST API (2014-06-30) over the ledger.")
     @OptionGroup var data: DataOptions
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
-    @Option(help: "Port to listen on (0: any free port).") var port = 8080
-    @Option(help: "Largest request body in bytes.") var maxBodyBytes = 4 << 20
+    @Option(help: "Port to listen on, 0-65535 (0: any free port).") var port = 8080
+    @Option(help: "Largest request body in bytes; a larger one is refused (413) before it is read.") var maxBodyBytes = 4 << 20
+    @Option(help: "Most request-body bytes buffered at once over all connections; past it, requests get 429.") var maxBufferedBodyBytes = 256 << 20
+    @Option(help: "Most open connections (at the limit, the longest-idle one is closed to make room).") var maxConnections = 1000
+    @Option(help: "Seconds a connection may stay open with no request in progress.") var idleTimeout = 60.0
+    @Option(help: "Seconds a request head may take to arrive (from the connection's opening, or the request's first byte).") var headerTimeout = 10.0
+    @Option(help: "Seconds a request body may take to arrive after its head.") var bodyTimeout = 60.0
+    @Option(help: "PEM certificate chain to serve HTTPS with (give --tls-key too).") var tlsCert: String?
+    @Option(help: "PEM private key of --tls-cert.") var tlsKey: String?
     @Option(help: "Sync session lifetime in seconds.") var sessionLifetime = 600
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
-    @Option(help: "Run as a read-only follower of this leader (http://HOST:PORT), replicating its change feed.") var follow: String?
+    @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
+    @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?
+    @Option(help: "Seconds the leader may hold a follower's pull that finds nothing new (0-30).") var followWait = 20.0
 
-    func run() async throws {
+    func validate() throws {
+        do { try makeConfiguration().validate() } catch let error as StartupError {
+            throw ValidationError(error.message)
+        }
+    }
+
+    func makeConfiguration() -> ServerConfiguration {
         var config = ServerConfiguration()
         config.dataDirectory = data.data
         config.host = host
         config.port = port
         config.maxBodyBytes = maxBodyBytes
+        config.maxBufferedBodyBytes = maxBufferedBodyBytes
+        config.maxConnections = maxConnections
+        config.idleTimeout = Self.duration(idleTimeout)
+        config.headerTimeout = Self.duration(headerTimeout)
+        config.bodyTimeout = Self.duration(bodyTimeout)
+        config.tlsCertificate = tlsCert
+        config.tlsKey = tlsKey
         config.ledger.durable = !data.fast
         config.ledger.sessionLifetime = .seconds(sessionLifetime)
-        config.bulkPublishMinimum = .milliseconds(Int(bulkPublishMinSeconds * 1000))
+        config.bulkPublishMinimum = Self.duration(bulkPublishMinSeconds)
         config.follow = follow
+        config.followCA = followCa
+        config.followWait = Self.duration(followWait)
         let environment = ProcessInfo.processInfo.environment
         config.adminAccessKeyID = environment["SYNCLEDGER_ACCESS_KEY_ID"]
         config.adminSecretAccessKey = environment["SYNCLEDGER_SECRET_ACCESS_KEY"]
+        return config
+    }
+
+    /// Seconds as a Duration (milliseconds kept; NaN, infinite or negative values become
+    /// values validate() refuses).
+    private static func duration(_ seconds: Double) -> Duration {
+        guard seconds.isFinite else { return .seconds(-1) }
+        return .milliseconds(Int64((min(max(seconds, -1), 1e9) * 1000).rounded()))
+    }
+
+    func run() async throws {
+        var config = makeConfiguration()
+        let scheme = tlsCert != nil ? "https" : "http"
+        let host = self.host
+        let data = self.data.data
         config.onListening = { port in
-            FileHandle.standardOutput.write(Data("SyncLedger listening on http://\(host):\(port) (data: \(data.data))\n".utf8))
+            FileHandle.standardOutput.write(Data("SyncLedger listening on \(scheme)://\(host):\(port) (data: \(data))\n".utf8))
         }
         try await SyncLedgerServer.run(config)
     }

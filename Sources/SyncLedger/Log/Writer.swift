@@ -43,6 +43,8 @@ final class GroupCommitWriter: @unchecked Sendable {
     let idleSpin: Duration
     /// The most callers one transaction takes.
     let maxGroup: Int
+    /// Signalled after every commit, for tasks waiting for new entries (see ``CommitSignal``).
+    let commitSignal = CommitSignal()
 
     init(environment: Environment, maxGroup: Int = 1024, gatherWindow: Duration = .zero, idleSpin: Duration = .zero) {
         self.environment = environment
@@ -223,6 +225,7 @@ final class GroupCommitWriter: @unchecked Sendable {
         let bucket = min(Int.bitWidth - (group.count - 1).leadingZeroBitCount, statsStore.groupSizes.count - 1)
         statsStore.groupSizes[bucket] += 1
         condition.unlock()
+        commitSignal.signal()
         for (job, outcome) in zip(group, outcomes) { job.finish(outcome) }
     }
 

@@ -1,0 +1,201 @@
+import Logging
+import NIOCore
+
+/// Why the transport cut a request short; the request's body stream ends with this error, so
+/// the handler that was reading it stops.
+struct RequestCut: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// The first handler of every connection (after TLS, before HTTP parsing): admits the
+/// connection under `--max-connections`, and closes it when a request head or body takes too
+/// long (`--header-timeout`, `--body-timeout`), which defeats slowloris-style clients.
+///
+/// It sees raw bytes, so it knows when a request *starts* arriving; ``RequestGuard``, after the
+/// HTTP decoder, tells it when a head is complete and when a request has been read. The clock
+/// of the first request starts when the connection opens; that of a later request with its
+/// first byte. Between requests the connection is idle, and Hummingbird's idle timeout
+/// (`--idle-timeout`) applies.
+final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private enum Phase {
+        /// Waiting for a request head; `started`: its clock runs (bytes came, or first request).
+        case awaitingHead(started: Bool)
+        /// A head arrived; its body is being read.
+        case readingBody
+        /// A refusal was sent: what comes is discarded until the linger ends.
+        case lingering
+        /// Closed or closing.
+        case closed
+
+        /// Whether requests are still being served.
+        var isOpen: Bool {
+            switch self {
+            case .awaitingHead, .readingBody: true
+            case .lingering, .closed: false
+            }
+        }
+
+        var isClosed: Bool {
+            if case .closed = self { return true }
+            return false
+        }
+    }
+
+    private let shared: TransportShared
+    private let logger: Logger
+    private var phase = Phase.awaitingHead(started: true)
+    private var timer: Scheduled<Void>?
+    private var context: ChannelHandlerContext?
+    private var activated = false
+    private var admitted = false
+
+    init(shared: TransportShared, logger: Logger) {
+        self.shared = shared
+        self.logger = logger
+    }
+
+    // MARK: Lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { activate(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        activate(context)
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        disarm()
+        phase = .closed
+        if admitted { shared.connections.remove(context.channel) }
+        admitted = false
+        self.context = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        disarm()
+        phase = .closed
+        if admitted { shared.connections.remove(context.channel) }
+        admitted = false
+        context.fireChannelInactive()
+    }
+
+    private func activate(_ context: ChannelHandlerContext) {
+        guard !activated else { return }
+        activated = true
+        switch shared.connections.admit(context.channel) {
+        case .admitted:
+            admitted = true
+            arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
+        case .admittedEvicting(let victim):
+            admitted = true
+            shared.metrics.count(.connectionEvicted)
+            logger.debug("connection limit reached: closed the longest-idle connection", metadata: ["max_connections": "\(shared.connections.maximum)"])
+            victim.close(promise: nil)
+            arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
+        case .refused:
+            shared.metrics.count(.connectionRefused)
+            logger.debug("connection limit reached with every connection busy: closed the new one", metadata: ["max_connections": "\(shared.connections.maximum)"])
+            phase = .closed
+            context.close(promise: nil)
+        }
+    }
+
+    // MARK: Reading
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch phase {
+        case .awaitingHead(started: false):
+            // The first byte of the next request: its head now has headerTimeout to arrive.
+            phase = .awaitingHead(started: true)
+            arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
+        case .lingering, .closed:
+            return  // a refusal was sent: what follows is discarded unparsed
+        default:
+            break
+        }
+        context.fireChannelRead(data)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // The client finished sending while a refusal lingers: nothing more to wait for.
+        if case .lingering = phase, let event = event as? ChannelEvent, event == .inputClosed {
+            close()
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    // MARK: Called by RequestGuard
+
+    /// A request head was decoded: its body has bodyTimeout to arrive.
+    func headReceived() {
+        guard case .awaitingHead = phase else { return }
+        phase = .readingBody
+        arm(after: shared.limits.bodyTimeout, reason: .bodyTimeout)
+    }
+
+    /// A request was read to its end: the connection waits for the next one (idle).
+    func requestEnded() {
+        guard case .readingBody = phase else { return }
+        phase = .awaitingHead(started: false)
+        disarm()
+    }
+
+    /// A refusal was written: stop sending, read and discard what the client still sends for
+    /// a moment (so that it reads the refusal rather than a reset), then close.
+    func linger() {
+        guard let context, phase.isOpen else { return }
+        phase = .lingering
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        context.close(mode: .output, promise: promise)
+        promise.futureResult.assumeIsolated().whenFailure { [weak self] _ in self?.close() }  // e.g. TLS: no half-close
+        arm(after: shared.limits.linger, reason: nil)
+    }
+
+    // MARK: Timers
+
+    private func arm(after delay: Duration, reason: TransportMetrics.Event?) {
+        disarm()
+        guard let context else { return }
+        let nanoseconds = delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
+        timer = context.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(max(nanoseconds, 1))) { [self] in
+            timer = nil
+            expired(reason)
+        }
+    }
+
+    private func disarm() {
+        timer?.cancel()
+        timer = nil
+    }
+
+    private func expired(_ reason: TransportMetrics.Event?) {
+        guard let context, phase.isOpen || reason == nil else { return }
+        if let reason {
+            shared.metrics.count(reason)
+            let what = reason == .headerTimeout ? "request head" : "request body"
+            let limit = reason == .headerTimeout ? shared.limits.headerTimeout : shared.limits.bodyTimeout
+            logger.debug("closing a connection: \(what) not complete in time", metadata: [
+                "remote": "\(context.channel.remoteAddress.map { "\($0)" } ?? "-")", "limit_s": "\(limit.components.seconds)",
+            ])
+            if reason == .bodyTimeout {
+                // The handler reading this body must fail, not see a truncated body.
+                context.fireErrorCaught(RequestCut(description: "the request body did not arrive within \(limit.components.seconds) s"))
+            }
+        }
+        close()
+    }
+
+    private func close() {
+        guard let context, !phase.isClosed else { return }
+        phase = .closed
+        disarm()
+        context.close(promise: nil)
+    }
+}

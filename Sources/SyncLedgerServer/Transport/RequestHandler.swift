@@ -1,0 +1,63 @@
+import Hummingbird
+import HTTPTypes
+import Logging
+import NIOCore
+import SyncLedger
+
+/// Adapts Hummingbird requests to the API, and logs and measures each one. `/health` and
+/// `/metrics` need no signature.
+struct RequestHandler: Sendable {
+    let api: CognitoAPI
+    let metrics: ServerMetrics
+    let transport: TransportShared
+    let ledger: Ledger
+    let maxBodyBytes: Int
+    let logger: Logger
+
+    func respond(_ request: Request) async -> Response {
+        let start = ContinuousClock.now
+        let path = request.uri.path
+        if request.method == .get, path == "/health" {
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}")))
+        }
+        if request.method == .get, path == "/metrics" {
+            let text = metrics.render(ledger: ledger) + transport.metrics.render(connections: transport.connections, budget: transport.budget)
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        var request = request
+        let wire: WireResponse
+        var operation = "Unknown"
+        var identity: String?
+        do {
+            // The transport already refused bodies over the limit (413) before reading them;
+            // this bound is a second line.
+            let buffer = try await request.collectBody(upTo: maxBodyBytes)
+            // HTTP/1's Host header arrives as the :authority pseudo-header.
+            var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
+            if let authority = request.head.authority { headers.append(("host", authority)) }
+            (wire, operation, identity) = await api.handle(WireRequest(
+                method: request.method.rawValue, rawPath: path, rawQuery: request.uri.query,
+                headers: headers, body: Array(buffer.readableBytesView)))
+        } catch let cut as RequestCut {
+            // The transport refused this request mid-body and answers it itself; this answer is dropped.
+            wire = .error(WireError(type: "InvalidParameterException", status: 400, message: cut.description))
+        } catch {
+            wire = .error(.invalidParameter("the request body exceeds \(maxBodyBytes) bytes or could not be read"))
+        }
+        let elapsed = (ContinuousClock.now - start).components
+        let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+        let micros = Int(seconds * 1_000_000)
+        metrics.record(operation: operation, status: wire.status, seconds: seconds)
+        // An idle follower's long polls end in 204 once per wait: not worth an info line each.
+        let level: Logger.Level = operation == "GetFeedSegment" && wire.status == 204 ? .debug : .info
+        logger.log(level: level, "request", metadata: [
+            "op": "\(operation)", "identity": "\(identity ?? "-")", "status": "\(wire.status)",
+            "ms": "\(micros / 1000).\(String(micros % 1000 + 1000).dropFirst())",
+        ])
+        var fields = HTTPFields()
+        for (name, value) in wire.headers {
+            if let n = HTTPField.Name(name) { fields.append(HTTPField(name: n, value: value)) }
+        }
+        return Response(status: .init(code: wire.status), headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: wire.body)))
+    }
+}
