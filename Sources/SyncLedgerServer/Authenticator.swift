@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 import SyncLedger
 import Synchronization
 
@@ -22,18 +23,30 @@ struct WireRequest: Sendable {
 
 /// Verifies AWS Signature Version 4 on every request — the Authorization header form and the
 /// presigned query form — and finds the credential that signed it.
+///
+/// What it costs before the signature checks out is bounded by the request: nothing is cached,
+/// the region must be one this server serves, and an unknown access key costs the same HMACs
+/// as a known one and gets the same answer as a wrong signature.
 struct Authenticator: Sendable {
     let ledger: Ledger
-    /// The admin credential from the environment (or the one kept in the data directory).
-    let admin: Credential
+    /// The admin credential set by the operator (`SYNCLEDGER_ACCESS_KEY_ID` /
+    /// `SYNCLEDGER_SECRET_ACCESS_KEY`), if any. While one is set, stored admin credentials (the
+    /// one generated on first start) are not accepted.
+    let configuredAdmin: Credential?
+    /// The regions a credential scope may name.
+    var regions: Set<String> = ["us-east-1"]
     /// How far `x-amz-date` may be from the server's clock (15 minutes).
     var maxSkew: TimeInterval = 900
     /// The service name the scope must carry.
     var service = "cognito-sync"
     /// The server's clock.
     var now: @Sendable () -> Date = { Date() }
-    /// Derived signing keys, which change once a day per credential.
+    /// Derived signing keys of requests that verified, which change once a day per credential.
     let signingKeys = SigningKeyCache()
+
+    /// The one answer to a request signed with an unknown key, a wrong secret or a wrong
+    /// security token: which of them it was is not for an unauthenticated caller to learn.
+    static let signatureMismatch = WireError.notAuthorized("the request signature does not match, or the access key is not valid: check the access key id, the secret, the session token and the signing method")
 
     /// The credential that signed `request`.
     /// - Throws: ``WireError`` NotAuthorizedException saying what is wrong.
@@ -59,10 +72,13 @@ struct Authenticator: Sendable {
     private func parseCredential(_ text: String) throws -> (String, String, String) {
         let parts = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         guard parts.count == 5, parts[4] == "aws4_request", !parts[0].isEmpty else {
-            throw WireError.notAuthorized("malformed credential scope \"\(text)\"")
+            throw WireError.notAuthorized("malformed credential scope \"\(text.prefix(200))\"")
         }
         guard parts[3] == service else {
-            throw WireError.notAuthorized("the credential scope names service \"\(parts[3])\", not \(service)")
+            throw WireError.notAuthorized("the credential scope names service \"\(parts[3].prefix(64))\", not \(service)")
+        }
+        guard regions.contains(parts[2]) else {
+            throw WireError.notAuthorized("the credential scope names region \"\(parts[2].prefix(64))\"; this server serves \(regions.sorted().joined(separator: ", ")) (syncledger serve --region)")
         }
         return (parts[0], parts[1], parts[2])
     }
@@ -92,7 +108,6 @@ struct Authenticator: Sendable {
             throw WireError.notAuthorized("SignedHeaders must include host and x-amz-date")
         }
         let credential = try lookup(accessKeyID)
-        try checkToken(credential, sent: request.header("x-amz-security-token"), signed: signedHeaders.contains("x-amz-security-token"))
         let actualHash = SigV4.sha256Hex(request.body)
         if let claimed = request.header("x-amz-content-sha256"), claimed != actualHash {
             throw WireError.notAuthorized("x-amz-content-sha256 does not match the body")
@@ -101,8 +116,9 @@ struct Authenticator: Sendable {
             method: request.method, canonicalURI: SigV4.canonicalURI(rawPath: request.rawPath),
             canonicalQuery: SigV4.canonicalQuery(queryPairs), headers: request.headers,
             signedHeaders: signedHeaders, payloadHash: actualHash)
-        try checkSignature(signature, credential: credential, amzDate: amzDate, day: day, region: region, canonical: canonical)
-        return credential
+        let key = try checkSignature(signature, credential: credential, amzDate: amzDate, day: day, region: region, canonical: canonical)
+        try checkToken(credential, sent: request.header("x-amz-security-token"), signed: signedHeaders.contains("x-amz-security-token"))
+        return try accept(credential, key: key, day: day, region: region)
     }
 
     private func verifyPresigned(_ request: WireRequest, _ queryPairs: [(String, String)]) throws -> Credential {
@@ -124,23 +140,23 @@ struct Authenticator: Sendable {
         let signedHeaders = try param("X-Amz-SignedHeaders").split(separator: ";").map { $0.lowercased() }
         guard signedHeaders.contains("host") else { throw WireError.notAuthorized("X-Amz-SignedHeaders must include host") }
         let credential = try lookup(accessKeyID)
-        try checkToken(credential, sent: queryPairs.first { $0.0 == "X-Amz-Security-Token" }?.1, signed: true)
         let signature = try param("X-Amz-Signature")
         let unsignedQuery = queryPairs.filter { $0.0 != "X-Amz-Signature" }
-        var lastError: (any Error)?
-        for payloadHash in [SigV4.sha256Hex(request.body), "UNSIGNED-PAYLOAD"] {
+        // An unsigned payload is for reads only: a presigned URL that leaks must not let anyone
+        // post a body of their choosing under it.
+        var payloadHashes = [SigV4.sha256Hex(request.body)]
+        if request.method == "GET" || request.method == "HEAD", request.body.isEmpty { payloadHashes.append("UNSIGNED-PAYLOAD") }
+        for payloadHash in payloadHashes {
             let canonical = SigV4.canonicalRequest(
                 method: request.method, canonicalURI: SigV4.canonicalURI(rawPath: request.rawPath),
                 canonicalQuery: SigV4.canonicalQuery(unsignedQuery), headers: request.headers,
                 signedHeaders: signedHeaders, payloadHash: payloadHash)
-            do {
-                try checkSignature(signature, credential: credential, amzDate: amzDate, day: day, region: region, canonical: canonical)
-                return credential
-            } catch {
-                lastError = error
+            if let key = try? checkSignature(signature, credential: credential, amzDate: amzDate, day: day, region: region, canonical: canonical) {
+                try checkToken(credential, sent: queryPairs.first { $0.0 == "X-Amz-Security-Token" }?.1, signed: true)
+                return try accept(credential, key: key, day: day, region: region)
             }
         }
-        throw lastError!
+        throw Self.signatureMismatch
     }
 
     private func checkTime(amzDate: String, day: String, expires: Int?) throws {
@@ -161,53 +177,83 @@ struct Authenticator: Sendable {
         }
     }
 
+    /// The credential with this access key id — or, for a key this server does not accept, a
+    /// stand-in with a random secret, so that checking the signature costs the same and fails
+    /// with the same answer as a wrong secret.
     private func lookup(_ accessKeyID: String) throws -> Credential {
-        if accessKeyID == admin.accessKeyID { return admin }
+        if let configuredAdmin, accessKeyID == configuredAdmin.accessKeyID { return configuredAdmin }
         let found: Credential?
         do { found = try ledger.secrets.credential(accessKeyID: accessKeyID) } catch {
             throw WireError.internalError("could not read credentials: \(error)")
         }
-        guard let credential = found else {
-            throw WireError.notAuthorized("the access key id \(accessKeyID) is not known to this server")
-        }
-        return credential
+        // While the operator's admin credential is set, a stored (generated) admin one is not.
+        if let found, !(configuredAdmin != nil && found.scope == .admin) { return found }
+        return Credential(accessKeyID: accessKeyID, secretAccessKey: Self.unknownKeySecret, scope: .identity(pool: "", identity: ""), expires: Timestamp(milliseconds: 0))
     }
+
+    /// The secret of the stand-in for unknown keys: random per process, never matched.
+    private static let unknownKeySecret = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0).base64EncodedString() }
 
     private func checkToken(_ credential: Credential, sent: String?, signed: Bool) throws {
         switch (credential.sessionToken, sent) {
         case (nil, nil): return
-        case (nil, .some): throw WireError.notAuthorized("the security token is not valid for access key \(credential.accessKeyID)")
-        case (.some, nil): throw WireError.notAuthorized("access key \(credential.accessKeyID) needs its security token (x-amz-security-token)")
+        case (nil, .some), (.some, nil): throw Self.signatureMismatch
         case (.some(let expected), .some(let given)):
-            guard constantTimeEqual(expected, given) else { throw WireError.notAuthorized("the security token is not valid for access key \(credential.accessKeyID)") }
+            guard constantTimeEqual(expected, given) else { throw Self.signatureMismatch }
             guard signed else { throw WireError.notAuthorized("x-amz-security-token must be a signed header") }
         }
     }
 
-    private func checkSignature(_ signature: String, credential: Credential, amzDate: String, day: String, region: String, canonical: String) throws {
+    /// Checks the signature; returns the signing key it verified with.
+    private func checkSignature(_ signature: String, credential: Credential, amzDate: String, day: String, region: String, canonical: String) throws -> [UInt8] {
         let scope = "\(day)/\(region)/\(service)/aws4_request"
-        let key = signingKeys.key(secret: credential.secretAccessKey, date: day, region: region, service: service)
+        let key = signingKeys.key(accessKeyID: credential.accessKeyID, secret: credential.secretAccessKey, date: day, region: region)
+            ?? SigV4.signingKey(secret: credential.secretAccessKey, date: day, region: region, service: service)
         let expected = SigV4.signature(signingKey: key, stringToSign: SigV4.stringToSign(amzDate: amzDate, scope: scope, canonicalRequest: canonical))
-        guard constantTimeEqual(expected, signature.lowercased()) else {
-            throw WireError.notAuthorized("the request signature does not match the one computed for access key \(credential.accessKeyID); check the secret and the signing method")
+        guard constantTimeEqual(expected, signature.lowercased()) else { throw Self.signatureMismatch }
+        return key
+    }
+
+    /// A credential whose signature verified: refused once expired (an unknown key's stand-in
+    /// never gets here), else its signing key is remembered and it is the caller.
+    private func accept(_ credential: Credential, key: [UInt8], day: String, region: String) throws -> Credential {
+        guard !credential.isExpired(at: Timestamp(now())) else {
+            throw WireError.notAuthorized("the credential \(credential.accessKeyID) expired at \(credential.expires!); get a new one")
         }
+        signingKeys.remember(key, accessKeyID: credential.accessKeyID, secret: credential.secretAccessKey, date: day, region: region)
+        return credential
     }
 }
 
-/// Remembers SigV4 signing keys (four HMACs to derive) by secret, day, region and service.
+/// Remembers SigV4 signing keys (four HMACs to derive) of requests that verified, by access
+/// key, secret, day and region. Only verified requests add to it, and the regions are the
+/// server's, so its size is bounded by the credentials in use; it starts over past 10,000.
 final class SigningKeyCache: Sendable {
-    private let keys = Mutex<[String: [UInt8]]>([:])
-
-    func key(secret: String, date: String, region: String, service: String) -> [UInt8] {
-        let id = "\(date)/\(region)/\(service)/\(secret)"
-        if let hit = keys.withLock({ $0[id] }) { return hit }
-        let key = SigV4.signingKey(secret: secret, date: date, region: region, service: service)
-        keys.withLock { cache in
-            if cache.count > 10_000 { cache.removeAll() }
-            cache[id] = key
-        }
-        return key
+    private struct Entry {
+        let secret: String
+        let key: [UInt8]
     }
+    private let keys = Mutex<[String: Entry]>([:])
+
+    private static func id(_ accessKeyID: String, _ date: String, _ region: String) -> String { "\(accessKeyID)/\(date)/\(region)" }
+
+    /// The remembered key, if this access key with this secret verified on that day and region.
+    func key(accessKeyID: String, secret: String, date: String, region: String) -> [UInt8]? {
+        keys.withLock { cache in
+            guard let entry = cache[Self.id(accessKeyID, date, region)], constantTimeEqual(entry.secret, secret) else { return nil }
+            return entry.key
+        }
+    }
+
+    func remember(_ key: [UInt8], accessKeyID: String, secret: String, date: String, region: String) {
+        keys.withLock { cache in
+            if cache.count >= 10_000 { cache.removeAll() }
+            cache[Self.id(accessKeyID, date, region)] = Entry(secret: secret, key: key)
+        }
+    }
+
+    /// How many keys it holds (for tests).
+    var count: Int { keys.withLock { $0.count } }
 }
 
 func constantTimeEqual(_ a: String, _ b: String) -> Bool {

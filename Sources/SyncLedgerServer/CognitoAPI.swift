@@ -1,5 +1,7 @@
 import Foundation
 import SyncLedger
+import NIOPosix
+import Logging
 
 /// What the API answers: status, headers, body.
 struct WireResponse: Sendable {
@@ -27,42 +29,77 @@ struct CognitoAPI: Sendable {
     var followedLeader: String? = nil
     /// Replication state shown in the segment digest answer.
     var replication: ReplicationStatus? = nil
+    /// Where internal errors are logged (with their request id).
+    var logger = Logger(label: "syncledger")
 
-    /// Handles one request; never throws — every failure is a wire error response.
+    /// Handles one request; never throws — every failure is a wire error response, and every
+    /// response carries an `x-amzn-RequestId`. An internal error (500) says only that, with the
+    /// request id; its cause goes to the server's log under that id.
     /// Returns the response, the operation name and the identity involved (for logs/metrics).
     func handle(_ request: WireRequest) async -> (WireResponse, String, String?) {
+        let requestID = UUID().uuidString.lowercased()
         var operation = "Unknown"
         var identity: String?
+        var response: WireResponse
         do {
-            guard let segments = request.rawPath.split(separator: "/", omittingEmptySubsequences: true).map({ SigV4.percentDecode($0) }) as [String?]?,
-                  segments.allSatisfy({ $0 != nil }) else {
-                throw WireError.invalidParameter("the request path has a malformed percent-escape")
-            }
-            if segments.first == "segments" {
-                guard let query = SigV4.queryPairs(request.rawQuery) else {
-                    throw WireError.invalidParameter("the query string has a malformed percent-escape")
-                }
-                let credential = try authenticator.authenticate(request, queryPairs: query)
-                return try await handleSegments(segments.map { $0! }, query: query, request: request, credential: credential)
-            }
-            guard let route = Route.match(method: request.method, segments: segments.map { $0! }) else {
-                throw WireError.unknownOperation("no Cognito Sync operation is \(request.method) \(request.rawPath)")
-            }
-            operation = route.operation.rawValue
-            identity = route.identity
-            guard let query = SigV4.queryPairs(request.rawQuery) else {
-                throw WireError.invalidParameter("the query string has a malformed percent-escape")
-            }
-            let credential = try authenticator.authenticate(request, queryPairs: query)
-            try authorize(credential, route)
-            if let leader = followedLeader, !route.operation.isRead {
-                throw WireError.notAuthorized("this server is a read-only follower of \(leader); send \(route.operation.rawValue) to the leader")
-            }
-            let response = try await dispatch(route, query: query, request: request, credential: credential)
-            return (response, operation, identity)
+            response = try await route(request, operation: &operation, identity: &identity)
         } catch {
-            return (.error(WireError(any: error)), operation, identity)
+            var wire = WireError(any: error)
+            if wire.status >= 500 {
+                logger.error("internal error", metadata: ["request_id": "\(requestID)", "op": "\(operation)", "error": "\(error)"])
+                wire = WireError(type: wire.type, status: wire.status, message: "internal error; the server's log has the details under request id \(requestID)")
+            }
+            response = .error(wire)
         }
+        response.headers.append(("x-amzn-RequestId", requestID))
+        return (response, operation, identity)
+    }
+
+    /// Routes, authenticates, authorizes and runs one request; names its operation and identity
+    /// as soon as they are known (so that a failure is logged under them).
+    private func route(_ request: WireRequest, operation: inout String, identity: inout String?) async throws -> WireResponse {
+        guard request.header("host") != nil else {
+            throw WireError.invalidParameter("the request has no Host header; HTTP/1.1 requires one and the signature covers it")
+        }
+        // The path as sent: `/`-separated, percent-decoded segments, none empty, `.` or `..`
+        // (the signature covers the path as sent, so no segment may mean anything but itself).
+        guard request.rawPath.hasPrefix("/") else { throw WireError.invalidParameter("the request path must start with /") }
+        var segments: [String] = []
+        for raw in request.rawPath == "/" ? [] : request.rawPath.utf8.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
+            guard let segment = SigV4.percentDecode(String(decoding: raw, as: UTF8.self)) else {
+                throw WireError.invalidParameter("the request path has a malformed percent-escape or is not UTF-8")
+            }
+            guard !segment.isEmpty, segment != ".", segment != ".." else {
+                throw WireError.invalidParameter("the request path has an empty, \".\" or \"..\" segment")
+            }
+            segments.append(segment)
+        }
+        guard let query = SigV4.queryPairs(request.rawQuery) else {
+            throw WireError.invalidParameter("the query string has a malformed percent-escape or is not UTF-8")
+        }
+        if segments.first == "segments" {
+            let credential = try authenticator.authenticate(request, queryPairs: query)
+            let (response, name, who) = try await handleSegments(segments, query: query, request: request, credential: credential)
+            (operation, identity) = (name, who)
+            return response
+        }
+        guard let route = Route.match(method: request.method, segments: segments) else {
+            throw WireError.unknownOperation("no Cognito Sync operation is \(request.method) \(request.rawPath.prefix(200))")
+        }
+        operation = route.operation.rawValue
+        identity = route.identity
+        let credential = try authenticator.authenticate(request, queryPairs: query)
+        try authorize(credential, route)
+        if let leader = followedLeader, !route.operation.isRead {
+            throw WireError.notAuthorized("this server is a read-only follower of \(leader); send \(route.operation.rawValue) to the leader")
+        }
+        return try await dispatch(route, query: query, request: request, credential: credential)
+    }
+
+    /// Runs a synchronous ledger read (an LMDB scan, a sort, compression) on NIO's blocking
+    /// thread pool, off Swift's cooperative pool, whose few threads must stay free for I/O.
+    func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await NIOThreadPool.singleton.runIfActive(body)
     }
 
     private func authorize(_ credential: Credential, _ route: Route) throws {
@@ -157,7 +194,7 @@ struct CognitoAPI: Sendable {
 
     private func dispatch(_ route: Route, query: [(String, String)], request: WireRequest, credential: Credential) async throws -> WireResponse {
         switch route.operation {
-        case .listRecords: return try listRecords(route, query)
+        case .listRecords: return try await listRecords(route, query)
         case .updateRecords: return try await updateRecords(route, request, credential)
         case .deleteDataset:
             let before = try await ledger.deleteDataset(try stream(route), caller: caller(credential))
@@ -165,13 +202,17 @@ struct CognitoAPI: Sendable {
             w.beginObject(); w.key("Dataset"); writeDataset(&w, before); w.endObject()
             return .json(w)
         case .describeDataset:
-            let d = try ledger.describeDataset(try stream(route))
+            let s = try stream(route)
+            let ledger = self.ledger
+            let d = try await offPool { try ledger.describeDataset(s) }
             var w = JSONWriter()
             w.beginObject(); w.key("Dataset"); writeDataset(&w, d); w.endObject()
             return .json(w)
-        case .listDatasets: return try listDatasets(route, query)
+        case .listDatasets: return try await listDatasets(route, query)
         case .describeIdentityUsage:
-            let u = try ledger.identityUsage(pool: try poolID(route), identity: try identityID(route))
+            let (pool, id) = (try poolID(route), try identityID(route))
+            let ledger = self.ledger
+            let u = try await offPool { try ledger.identityUsage(pool: pool, identity: id) }
             var w = JSONWriter()
             w.beginObject(); w.key("IdentityUsage"); w.beginObject()
             w.member("IdentityId", u.identity.rawValue)
@@ -281,11 +322,13 @@ struct CognitoAPI: Sendable {
 
     // MARK: Records
 
-    private func listRecords(_ route: Route, _ query: [(String, String)]) throws -> WireResponse {
+    private func listRecords(_ route: Route, _ query: [(String, String)]) async throws -> WireResponse {
         let s = try stream(route)
         let after = try queryInt(query, "lastSyncCount", range: 0...Int64.max) ?? 0
         let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 1024)
-        let page = try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: queryValue(query, "nextToken"), sessionToken: queryValue(query, "syncSessionToken"))
+        let (next, session) = (queryValue(query, "nextToken"), queryValue(query, "syncSessionToken"))
+        let ledger = self.ledger
+        let page = try await offPool { try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
         var w = JSONWriter(capacity: 256 + page.records.count * 128)
         w.beginObject()
         w.key("Records"); w.beginArray()
@@ -308,7 +351,6 @@ struct CognitoAPI: Sendable {
         let json = try body(request)
         let token = try string(json["SyncSessionToken"], "SyncSessionToken", required: true)
         let deviceID = try string(json["DeviceId"], "DeviceId")
-        if let deviceID, !(1...256).contains(deviceID.utf8.count) { throw WireError.invalidParameter("DeviceId must be 1-256 characters") }
         var patches: [RecordPatch] = []
         switch json["RecordPatches"] {
         case nil, .null?: break
@@ -352,9 +394,11 @@ struct CognitoAPI: Sendable {
 
     // MARK: Datasets and usage
 
-    private func listDatasets(_ route: Route, _ query: [(String, String)]) throws -> WireResponse {
+    private func listDatasets(_ route: Route, _ query: [(String, String)]) async throws -> WireResponse {
         let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 20)
-        let page = try ledger.listDatasets(pool: try poolID(route), identity: try identityID(route), maxResults: max, nextToken: queryValue(query, "nextToken"))
+        let (pool, id, next) = (try poolID(route), try identityID(route), queryValue(query, "nextToken"))
+        let ledger = self.ledger
+        let page = try await offPool { try ledger.listDatasets(pool: pool, identity: id, maxResults: max, nextToken: next) }
         var w = JSONWriter()
         w.beginObject()
         w.key("Datasets"); w.beginArray()

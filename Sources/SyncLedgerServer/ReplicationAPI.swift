@@ -17,7 +17,7 @@ extension CognitoAPI {
     /// The longest `wait` a feed request may ask for.
     static var maxFeedWait: Duration { .seconds(30) }
 
-    func handleReplication(_ what: String, query: [(String, String)], request: WireRequest) async throws -> (WireResponse, String, String?) {
+    func handleReplication(_ what: String, query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
         func number(_ name: String, default value: UInt64) throws -> UInt64 {
             guard let text = query.first(where: { $0.0 == name })?.1 else { return value }
             guard let n = UInt64(text) else { throw WireError.invalidParameter("\(name) must be a non-negative integer, not \"\(text.prefix(40))\"") }
@@ -29,28 +29,26 @@ extension CognitoAPI {
             let maxBytes = Int(min(try number("maxBytes", default: 1 << 20), 64 << 20))
             let wait = Duration.seconds(min(try number("wait", default: 0), UInt64(Self.maxFeedWait.components.seconds)))
             let nonce = request.header(FeedAuthentication.nonceHeader)
-            var secret: String?
-            if let nonce {
-                guard FeedAuthentication.isWellFormed(nonce: nonce) else {
-                    throw WireError.invalidParameter("\(FeedAuthentication.nonceHeader) must be 16 to 64 lowercase hex digits")
-                }
-                // The answer is signed with the secret of the credential that signed the request.
-                guard let pairs = SigV4.queryPairs(request.rawQuery) else { throw WireError.invalidParameter("the query string has a malformed percent-escape") }
-                secret = try authenticator.authenticate(request, queryPairs: pairs).secretAccessKey
+            if let nonce, !FeedAuthentication.isWellFormed(nonce: nonce) {
+                throw WireError.invalidParameter("\(FeedAuthentication.nonceHeader) must be 16 to 64 lowercase hex digits")
             }
+            // The answer is signed with the secret of the credential that signed the request.
+            let secret = credential.secretAccessKey
             let (status, last, body) = try await feed(after: after, maxBytes: maxBytes, wait: wait)
             var headers = [(FeedAuthentication.lastSequenceHeader, "\(last)"), (FeedAuthentication.ledgerIDHeader, ledger.id)]
-            if let nonce, let secret {
+            if let nonce {
                 let answer = FeedAuthentication.Answer(nonce: nonce, status: status, after: after, ledgerID: ledger.id, lastSequence: last, body: body)
                 headers.append((FeedAuthentication.signatureHeader, FeedAuthentication.signature(answer, secret: secret)))
             }
             if status == 200 { headers.insert(("content-type", segmentContentType), at: 0) }
             return (WireResponse(status: status, headers: headers, body: body), "GetFeedSegment", nil)
         default:
+            let ledger = self.ledger
+            let (digest, last) = try await offPool { (try ledger.digest(), try ledger.lastSequence) }
             var w = JSONWriter()
             w.beginObject()
-            w.member("Digest", try ledger.digest())
-            w.member("Sequence", int: try ledger.lastSequence)
+            w.member("Digest", digest)
+            w.member("Sequence", int: last)
             if let replication { replication.write(&w) }
             w.endObject()
             return (.json(w), "GetDigest", nil)
@@ -65,9 +63,12 @@ extension CognitoAPI {
         while true {
             // Read the signal's generation before looking, so that a commit in between is not missed.
             let seen = signal.generation
-            if let segment = try ledger.feedSegment(after: after, maxBytes: maxBytes) {
-                let encoded = try segment.encoded()
-                return (200, try ledger.lastSequence, encoded)
+            let ledger = self.ledger
+            if let found = try await offPool({ () -> (UInt64, [UInt8])? in
+                guard let segment = try ledger.feedSegment(after: after, maxBytes: maxBytes) else { return nil }
+                return (try ledger.lastSequence, try segment.encoded())
+            }) {
+                return (200, found.0, found.1)
             }
             let remaining = deadline - ContinuousClock.now
             guard remaining > .zero, !Task.isCancelled else { return (204, try ledger.lastSequence, []) }

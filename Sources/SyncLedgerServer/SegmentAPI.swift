@@ -6,96 +6,116 @@ public let segmentContentType = "application/vnd.syncledger.segment"
 
 /// The segment exchange, beside the Cognito API and under the same SigV4 credentials:
 ///
-/// - `GET /segments/feed?after=SEQ&maxBytes=N` — the change feed after a commit sequence
-///   (admin only). 200 with a segment, or 204 when there is nothing after `after`. The header
-///   `x-syncledger-last-sequence` gives the ledger's latest sequence either way.
+/// - `GET /segments/feed`, `GET /segments/digest` — replication, admin only (ReplicationAPI).
 /// - `GET /segments/streams/{pool}/{identity}/{dataset}?after=OFFSET&maxBytes=N` — one stream
-///   after an offset (its identity or admin).
-/// - `POST /segments` — merge the posted segment (feed segments: admin; stream segments: that
-///   stream's identity or admin). Answers `{"Applied": n, "Skipped": m}`.
-/// - `POST /segments?mode=offline[&partial=true][&deviceId=ID]` — merge a device's offline
-///   changes (a stream segment built on its last synced state) with the Cognito rule per
-///   record: 409 ResourceConflictException when a key moved on (all or nothing), or with
-///   `partial=true` the other keys are written and the conflicts listed. Answers
-///   `{"FastForward", "DatasetSyncCount", "Records": [...], "Conflicts": [{"Key",
-///   "BaseSyncCount", "SyncCount"}]}`.
-/// - `GET /segments/digest` — `{"Digest", "Sequence"}` of this ledger (admin only).
+///   after an offset (its identity, at most 1 MiB a pull; or admin, at most 64 MiB).
+/// - `POST /segments` — merge the posted segment with its entries kept as sent: replication,
+///   admin only. Answers `{"Applied": n, "Skipped": m}`.
+/// - `POST /segments?mode=offline[&partial=true][&deviceId=ID]` — a device's offline changes
+///   (a stream segment built on its last synced state), from that stream's identity or admin.
+///   Only the changes are taken: the server writes its own entries through the same rules as
+///   UpdateRecords, with the Cognito rule per record: 409 ResourceConflictException when a key
+///   moved on (all or nothing), or with `partial=true` the other keys are written and the
+///   conflicts listed. Answers `{"FastForward", "DatasetSyncCount", "Records": [...],
+///   "Conflicts": [{"Key", "BaseSyncCount", "SyncCount"}]}`.
+///
+/// A posted segment is judged by its header before anything else is done with it: the
+/// caller's scope, and how large it declares its entries to be, are checked before the
+/// checksum is computed or a byte is decompressed.
 extension CognitoAPI {
+    /// The most a posted segment may unpack to: an identity's offline changes, and an admin's.
+    static let maxOfflineSegmentBytes: UInt64 = 8 << 20
+    static let maxReplicationSegmentBytes: UInt64 = 64 << 20
+    /// The most a stream pull may hold: an identity's, and an admin's.
+    static let maxIdentityPullBytes: UInt64 = 1 << 20
+    static let maxAdminPullBytes: UInt64 = 64 << 20
+
     func handleSegments(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
+        let isAdmin = credential.scope == .admin
         func requireAdmin(_ what: String) throws {
-            guard case .admin = credential.scope else { throw WireError.notAuthorized("\(what) needs the admin credential") }
+            guard isAdmin else { throw WireError.notAuthorized("\(what) needs the admin credential") }
         }
-        func requireStream(_ stream: StreamName) throws {
+        @Sendable func requireStream(_ stream: StreamName) throws {
             if case .identity(let pool, let identity) = credential.scope, pool != stream.pool.rawValue || identity != stream.identity.rawValue {
                 throw WireError.notAuthorized("access key \(credential.accessKeyID) may reach only identity \(identity) in pool \(pool)")
             }
         }
-        func number(_ name: String, default value: UInt64) throws -> UInt64 {
-            guard let text = query.first(where: { $0.0 == name })?.1 else { return value }
-            guard let n = UInt64(text) else { throw WireError.invalidParameter("\(name) must be a non-negative integer, not \"\(text.prefix(40))\"") }
+        func value(_ name: String) -> String? { query.first(where: { $0.0 == name })?.1 }
+        func number(_ name: String, default fallback: UInt64) throws -> UInt64 {
+            guard let text = value(name) else { return fallback }
+            guard let n = UInt64(text) else { throw WireError.invalidParameter("\(name) must be an integer from 0 to \(UInt64.max), not \"\(text.prefix(40))\"") }
             return n
-        }
-        let maxBytes = Int(min(try number("maxBytes", default: 1 << 20), 64 << 20))
-        let last = try ledger.lastSequence
-        let sourceHeaders = [("x-syncledger-last-sequence", "\(last)"), ("x-syncledger-ledger-id", ledger.id)]
-        func segmentResponse(_ segment: Segment?) throws -> WireResponse {
-            guard let segment else { return WireResponse(status: 204, headers: sourceHeaders, body: []) }
-            return WireResponse(status: 200, headers: [("content-type", segmentContentType)] + sourceHeaders, body: try segment.encoded())
         }
         switch (request.method, segments.count) {
         case ("GET", 2) where segments[1] == "feed" || segments[1] == "digest":
             try requireAdmin(segments[1] == "feed" ? "reading the change feed" : "the digest")
-            return try await handleReplication(segments[1], query: query, request: request)
+            return try await handleReplication(segments[1], query: query, request: request, credential: credential)
         case ("GET", 5) where segments[1] == "streams":
             let stream = try StreamName(pool: segments[2], identity: segments[3], dataset: segments[4])
             try requireStream(stream)
-            let segment = try ledger.streamSegment(stream, after: try number("after", default: 0), maxBytes: maxBytes)
-            return (try segmentResponse(segment), "GetStreamSegment", stream.identity.rawValue)
+            let cap = isAdmin ? Self.maxAdminPullBytes : Self.maxIdentityPullBytes
+            let maxBytes = Int(min(try number("maxBytes", default: 1 << 20), cap))
+            let after = try number("after", default: 0)
+            let ledger = self.ledger
+            let (segment, last) = try await offPool { (try ledger.streamSegment(stream, after: after, maxBytes: maxBytes), try ledger.lastSequence) }
+            let headers = [("x-syncledger-last-sequence", "\(last)")]
+            guard let segment else { return (WireResponse(status: 204, headers: headers, body: []), "GetStreamSegment", stream.identity.rawValue) }
+            let body = try await offPool { try segment.encoded() }
+            return (WireResponse(status: 200, headers: [("content-type", segmentContentType)] + headers, body: body), "GetStreamSegment", stream.identity.rawValue)
         case ("POST", 1):
             if let leader = followedLeader {
                 throw WireError.notAuthorized("this server is a read-only follower of \(leader); post segments to the leader")
             }
-            let segment = try ledger.decodeSegment(request.body)
-            if query.first(where: { $0.0 == "mode" })?.1 == "offline" {
-                guard case .stream(let stream) = segment.scope else { throw WireError.invalidParameter("offline changes come as a stream segment") }
-                try requireStream(stream)
-                let partial = query.first(where: { $0.0 == "partial" })?.1 == "true"
-                let device = query.first(where: { $0.0 == "deviceId" })?.1 ?? {
-                    if case .identity(_, let identity) = credential.scope { return identity }
-                    return "admin:\(credential.accessKeyID)"
-                }()
-                let report = try await ledger.mergeOffline(segment, deviceID: device, caller: caller(credential), partial: partial)
+            let offline = value("mode") == "offline"
+            if let mode = value("mode"), !offline { throw WireError.invalidParameter("mode must be offline (or absent), not \"\(mode.prefix(40))\"") }
+            if !offline { try requireAdmin("merging a segment as it is (replication)") }
+            let cap = offline && !isAdmin ? Self.maxOfflineSegmentBytes : Self.maxReplicationSegmentBytes
+            let ledger = self.ledger
+            let body = request.body
+            let segment = try await offPool {
+                try ledger.decodeSegment(body, maxUncompressedSize: cap) { header in
+                    if offline {
+                        guard case .stream(let stream) = header.scope else { throw WireError.invalidParameter("offline changes come as a stream segment, not a feed segment") }
+                        try requireStream(stream)
+                    }
+                    guard header.uncompressedSize <= cap else {
+                        throw WireError.invalidParameter("the segment declares \(header.uncompressedSize) uncompressed bytes; this caller may post at most \(cap)")
+                    }
+                }
+            }
+            guard offline, case .stream(let stream) = segment.scope else {
+                let report = try await ledger.merge(segment)
                 var w = JSONWriter()
-                w.beginObject()
-                w.member("FastForward", bool: report.fastForward)
-                w.member("DatasetSyncCount", int: report.syncCount)
-                w.key("Records"); w.beginArray()
-                for record in report.applied {
-                    w.beginObject()
-                    w.member("Key", record.key)
-                    w.member("Value", record.value)
-                    w.member("SyncCount", int: record.syncCount)
-                    w.endObject()
-                }
-                w.endArray()
-                w.key("Conflicts"); w.beginArray()
-                for c in report.conflicts {
-                    w.beginObject(); w.member("Key", c.key); w.member("BaseSyncCount", int: c.expected); w.member("SyncCount", int: c.actual); w.endObject()
-                }
-                w.endArray()
-                w.endObject()
-                return (.json(w), "MergeOfflineSegment", stream.identity.rawValue)
+                w.beginObject(); w.member("Applied", int: report.applied); w.member("Skipped", int: report.skipped); w.endObject()
+                return (.json(w), "MergeSegment", nil)
             }
-            switch segment.scope {
-            case .feed: try requireAdmin("merging a feed segment")
-            case .stream(let stream): try requireStream(stream)
-            }
-            let report = try await ledger.merge(segment)
-            var w = JSONWriter()
-            w.beginObject(); w.member("Applied", int: report.applied); w.member("Skipped", int: report.skipped); w.endObject()
-            return (.json(w), "MergeSegment", nil)
+            let report = try await ledger.mergeOffline(segment, deviceID: value("deviceId"), caller: caller(credential), partial: value("partial") == "true")
+            return (.json(offlineReport(report)), "MergeOfflineSegment", stream.identity.rawValue)
         default:
-            throw WireError.unknownOperation("no segment operation is \(request.method) \(request.rawPath)")
+            throw WireError.unknownOperation("no segment operation is \(request.method) \(request.rawPath.prefix(200))")
         }
+    }
+
+    private func offlineReport(_ report: OfflineMergeReport) -> JSONWriter {
+        var w = JSONWriter()
+        w.beginObject()
+        w.member("FastForward", bool: report.fastForward)
+        w.member("DatasetSyncCount", int: report.syncCount)
+        w.key("Records"); w.beginArray()
+        for record in report.applied {
+            w.beginObject()
+            w.member("Key", record.key)
+            w.member("Value", record.value)
+            w.member("SyncCount", int: record.syncCount)
+            w.endObject()
+        }
+        w.endArray()
+        w.key("Conflicts"); w.beginArray()
+        for c in report.conflicts {
+            w.beginObject(); w.member("Key", c.key); w.member("BaseSyncCount", int: c.expected); w.member("SyncCount", int: c.actual); w.endObject()
+        }
+        w.endArray()
+        w.endObject()
+        return w
     }
 }

@@ -44,6 +44,9 @@ public struct ServerConfiguration: Sendable {
     public var adminAccessKeyID: String?
     /// See ``adminAccessKeyID``.
     public var adminSecretAccessKey: String?
+    /// The AWS regions a request's credential scope may name (default `us-east-1`); others are
+    /// refused before anything is looked up.
+    public var regions: [String] = ["us-east-1"]
     /// Keep a bulk publish IN_PROGRESS at least this long.
     public var bulkPublishMinimum: Duration = .zero
     /// The leader's URL (`http://HOST:PORT` or `https://HOST:PORT`): run as a read-only
@@ -69,6 +72,9 @@ public struct ServerConfiguration: Sendable {
         guard maxBodyBytes >= 1 else { throw StartupError("--max-body-bytes must be at least 1, not \(maxBodyBytes)") }
         guard maxBufferedBodyBytes >= maxBodyBytes else {
             throw StartupError("--max-buffered-body-bytes \(maxBufferedBodyBytes) is below --max-body-bytes \(maxBodyBytes): the largest request could never be read")
+        }
+        guard !regions.isEmpty, regions.allSatisfy({ (1...64).contains($0.utf8.count) && $0.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D } }) else {
+            throw StartupError("--region must name AWS regions such as us-east-1 (lower-case letters, digits and -), not \(regions)")
         }
         guard maxConnections >= 1 else { throw StartupError("--max-connections must be at least 1, not \(maxConnections)") }
         for (name, value) in [("--idle-timeout", idleTimeout), ("--header-timeout", headerTimeout), ("--body-timeout", bodyTimeout)] {
@@ -121,11 +127,12 @@ public enum SyncLedgerServer {
         let maxConnections = Startup.fitConnections(configuration.maxConnections) { logger.warning("\($0)") }
         let ledger = try Ledger(directory: configuration.dataDirectory, options: configuration.ledger)
         defer { ledger.close() }
-        let admin = try adminCredential(configuration, ledger)
+        let (admin, configured) = try adminCredential(configuration, ledger)
+        let configuredAdmin = configured ? admin : nil
         for pool in client != nil ? [] : try await ledger.failInterruptedBulkPublishes(caller: "syncledger-server") {
             logger.warning("a bulk publish was interrupted by a restart; marked FAILED", metadata: ["pool": "\(pool)"])
         }
-        var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, admin: admin), bulkPublishMinimum: configuration.bulkPublishMinimum)
+        var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: configuredAdmin, regions: Set(configuration.regions)), bulkPublishMinimum: configuration.bulkPublishMinimum)
         var follower: Follower?
         if let client {
             let status = ReplicationStatus(leader: client.url)
@@ -176,22 +183,23 @@ public enum SyncLedgerServer {
 
     /// The admin credential from the configuration, or the one kept in the data directory
     /// (made, and shown once, on first start).
-    private static func adminCredential(_ configuration: ServerConfiguration, _ ledger: Ledger) throws -> Credential {
+    private static func adminCredential(_ configuration: ServerConfiguration, _ ledger: Ledger) throws -> (Credential, configured: Bool) {
         if let id = configuration.adminAccessKeyID, let secret = configuration.adminSecretAccessKey, !id.isEmpty, !secret.isEmpty {
-            return Credential(accessKeyID: id, secretAccessKey: secret, scope: .admin)
+            return (Credential(accessKeyID: id, secretAccessKey: secret, scope: .admin), true)
         }
         let (stored, created) = try ledger.secrets.generatedAdminCredential()
         if created {
             say("""
-                Generated the admin (developer) credential; it is kept in \(configuration.dataDirectory) and shown only this once:
+                Generated the admin (developer) credential; it is kept in \(ledger.secrets.directory) and shown only this once:
                   AccessKeyId:     \(stored.accessKeyID)
                   SecretAccessKey: \(stored.secretAccessKey)
-                Set SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY to use your own.
+                Set SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY to use your own (this one then stops working);
+                `syncledger credentials list` shows it and `syncledger credentials revoke` removes it.
                 """)
         } else {
-            say("Using the admin credential kept in \(configuration.dataDirectory) (access key \(stored.accessKeyID)).")
+            say("Using the admin credential kept in \(ledger.secrets.directory) (access key \(stored.accessKeyID)).")
         }
-        return stored
+        return (stored, false)
     }
 }
 

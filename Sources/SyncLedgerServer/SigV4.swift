@@ -80,18 +80,12 @@ public enum SigV4 {
         return sorted.map { (pair: (String, String)) -> String in pair.0 + "=" + pair.1 }.joined(separator: "&")
     }
 
-    /// The canonical URI of a raw (as sent, percent-encoded) path: dot segments and empty
-    /// segments removed, then encoded once more, as botocore does for every service but S3.
+    /// The canonical URI of a raw (as sent, percent-encoded) path: the path exactly as sent,
+    /// encoded once more, as AWS does for every service but S3. It is not normalized: a
+    /// signature for `/a/b` is not one for `/a/x/../b` or `//a/b` (the server refuses such paths
+    /// anyway; botocore's normalization changes nothing on the paths it sends).
     public static func canonicalURI(rawPath: String) -> String {
-        var segments: [Substring] = []
-        for segment in rawPath.split(separator: "/", omittingEmptySubsequences: true) {
-            if segment == "." { continue }
-            if segment == ".." { _ = segments.popLast(); continue }
-            segments.append(segment)
-        }
-        var path = "/" + segments.joined(separator: "/")
-        if rawPath.hasSuffix("/") && !segments.isEmpty { path += "/" }
-        return uriEncode(path, keepSlash: true)
+        uriEncode(rawPath.isEmpty ? "/" : rawPath, keepSlash: true)
     }
 
     /// A header value trimmed, inner runs of spaces collapsed.

@@ -29,9 +29,9 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
     init(_ error: LedgerError) {
         let message = error.message
         switch error.code {
-        case .invalidParameter, .invalidSessionToken: self.init(type: "InvalidParameterException", status: 400, message: message)
+        case .invalidParameter, .invalidSessionToken, .unsupportedFormat: self.init(type: "InvalidParameterException", status: 400, message: message)
         case .notFound: self.init(type: "ResourceNotFoundException", status: 404, message: message)
-        case .conflict: self.init(type: "ResourceConflictException", status: 409, message: message)
+        case .conflict, .wrongLedger: self.init(type: "ResourceConflictException", status: 409, message: message)
         case .limitExceeded: self.init(type: "LimitExceededException", status: 400, message: message)
         case .duplicateRequest: self.init(type: "DuplicateRequestException", status: 400, message: message)
         case .alreadyStreamed: self.init(type: "AlreadyStreamedException", status: 400, message: message)
@@ -43,7 +43,7 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
     /// Any error as a wire error (unknown ones are internal errors).
     init(any error: any Error) {
         if let wire = error as? WireError { self = wire } else if let ledger = error as? LedgerError { self.init(ledger) } else {
-            self.init(type: "InternalErrorException", status: 500, message: "internal error: \(error)")
+            self.init(type: "InternalErrorException", status: 500, message: "internal error")
         }
     }
 

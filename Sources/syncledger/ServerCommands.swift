@@ -18,6 +18,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "PEM certificate chain to serve HTTPS with (give --tls-key too).") var tlsCert: String?
     @Option(help: "PEM private key of --tls-cert.") var tlsKey: String?
     @Option(help: "Sync session lifetime in seconds.") var sessionLifetime = 600
+    @Option(help: "An AWS region requests may be signed for; repeat for several (default us-east-1).") var region: [String] = []
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
     @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?
@@ -45,6 +46,7 @@ struct Serve: AsyncParsableCommand {
         config.ledger.durable = !data.fast
         config.ledger.sessionLifetime = .seconds(sessionLifetime)
         config.bulkPublishMinimum = Self.duration(bulkPublishMinSeconds)
+        if !region.isEmpty { config.regions = region }
         config.follow = follow
         config.followCA = followCa
         config.followWait = Self.duration(followWait)

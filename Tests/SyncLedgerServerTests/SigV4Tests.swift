@@ -21,7 +21,7 @@ private let botocoreRequest = WireRequest(
 
 private func authenticator(_ ledger: Ledger, at amzDate: String = "20261122T094717Z") -> Authenticator {
     let now = SigV4.parseAmzDate(amzDate)!
-    var a = Authenticator(ledger: ledger, admin: Credential(accessKeyID: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", scope: .admin))
+    var a = Authenticator(ledger: ledger, configuredAdmin: Credential(accessKeyID: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", scope: .admin))
     a.now = { now }
     return a
 }
@@ -76,7 +76,7 @@ private func expectNotAuthorized(_ body: () throws -> Void) {
             let identity = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"), withSessionToken: true)
             try ledger.secrets.store(identity)
             let now = Date()
-            var auth = Authenticator(ledger: ledger, admin: Credential.generate(scope: .admin))
+            var auth = Authenticator(ledger: ledger, configuredAdmin: Credential.generate(scope: .admin))
             auth.now = { now }
             func request(_ signer: SigV4Signer) -> WireRequest {
                 let body = Array("{}".utf8)
@@ -100,13 +100,145 @@ private func expectNotAuthorized(_ body: () throws -> Void) {
 
     @Test func canonicalFormsMatchTheSpec() {
         #expect(SigV4.uriEncode("a b/c:~") == "a%20b%2Fc%3A~")
-        #expect(SigV4.canonicalURI(rawPath: "/a%3Ab//c/./d/../e") == "/a%253Ab/c/e")
+        // The path as sent, not normalized: a signature for one path is not one for another
+        // that normalizes to it.
+        #expect(SigV4.canonicalURI(rawPath: "/a%3Ab//c/./d/../e") == "/a%253Ab//c/./d/../e")
+        #expect(SigV4.canonicalURI(rawPath: "/a/b") != SigV4.canonicalURI(rawPath: "/a/x/../b"))
         #expect(SigV4.canonicalQuery([("b", "2"), ("a", "x y"), ("a", "1")]) == "a=1&a=x%20y&b=2")
         #expect(SigV4.percentDecode("%zz") == nil)
         #expect(SigV4.percentDecode("a%3Ab+c") == "a:b+c")
         #expect(SigV4.trimAll("  a   b  ") == "a b")
         #expect(SigV4.amzDate(SigV4.parseAmzDate("20261122T094717Z")!) == "20261122T094717Z")
         #expect(SigV4.parseAmzDate("20261322T094717Z") == nil)
+    }
+}
+
+/// Expects the refusal every credential failure shares (unknown key, wrong secret, wrong token).
+private func expectMismatch(_ body: () throws -> Void) {
+    do {
+        try body()
+        Issue.record("accepted a request that should be refused")
+    } catch let error as WireError {
+        #expect(error.status == 403 && error.message == Authenticator.signatureMismatch.message, "\(error.message)")
+    } catch {
+        Issue.record("unexpected \(error)")
+    }
+}
+
+@Suite struct AuthenticationAbuseTests {
+    private func signed(_ signer: SigV4Signer, method: String = "POST", now: Date) -> WireRequest {
+        let body = Array("{}".utf8)
+        let path = "/identitypools/test%3A0/identity/test%3A1/device"
+        let headers = signer.sign(method: method, host: "h:1", rawPath: path, rawQuery: nil, body: body, date: now)
+        return WireRequest(method: method, rawPath: path, rawQuery: nil, headers: [("host", "h:1")] + headers, body: body)
+    }
+
+    @Test func anUnknownKeyAndAWrongSecretGetTheSameAnswer() async throws {
+        try await withLedger { ledger in
+            let known = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"), withSessionToken: true)
+            try ledger.secrets.store(known)
+            let now = Date()
+            var auth = Authenticator(ledger: ledger, configuredAdmin: nil)
+            auth.now = { now }
+            expectMismatch { _ = try auth.authenticate(signed(SigV4Signer(accessKeyID: "AKIAUNKNOWNKEY000000", secretAccessKey: "x"), now: now), queryPairs: []) }
+            expectMismatch { _ = try auth.authenticate(signed(SigV4Signer(accessKeyID: known.accessKeyID, secretAccessKey: "x", sessionToken: known.sessionToken), now: now), queryPairs: []) }
+            expectMismatch { _ = try auth.authenticate(signed(SigV4Signer(accessKeyID: known.accessKeyID, secretAccessKey: known.secretAccessKey), now: now), queryPairs: []) }
+            expectMismatch { _ = try auth.authenticate(signed(SigV4Signer(accessKeyID: known.accessKeyID, secretAccessKey: known.secretAccessKey, sessionToken: "other"), now: now), queryPairs: []) }
+        }
+    }
+
+    @Test func nothingIsCachedBeforeTheSignatureChecksOut() async throws {
+        try await withLedger { ledger in
+            let known = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"))
+            try ledger.secrets.store(known)
+            let now = Date()
+            var auth = Authenticator(ledger: ledger, configuredAdmin: nil)
+            auth.now = { now }
+            for i in 0..<200 {
+                // A known key id with a wrong secret, and a region the server does not serve.
+                let bad = SigV4Signer(accessKeyID: known.accessKeyID, secretAccessKey: "wrong-\(i)")
+                expectMismatch { _ = try auth.authenticate(signed(bad, now: now), queryPairs: []) }
+                let region = SigV4Signer(accessKeyID: known.accessKeyID, secretAccessKey: known.secretAccessKey, region: String(repeating: "x", count: 1000) + "\(i)")
+                expectNotAuthorized { _ = try auth.authenticate(signed(region, now: now), queryPairs: []) }
+            }
+            #expect(auth.signingKeys.count == 0)
+            _ = try auth.authenticate(signed(SigV4Signer(accessKeyID: known.accessKeyID, secretAccessKey: known.secretAccessKey), now: now), queryPairs: [])
+            #expect(auth.signingKeys.count == 1)
+        }
+    }
+
+    @Test func regionsAreTheServers() async throws {
+        try await withLedger { ledger in
+            let known = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"))
+            try ledger.secrets.store(known)
+            let now = Date()
+            var auth = Authenticator(ledger: ledger, configuredAdmin: nil, regions: ["eu-west-1"])
+            auth.now = { now }
+            let signer = { (region: String) in SigV4Signer(accessKeyID: known.accessKeyID, secretAccessKey: known.secretAccessKey, region: region) }
+            expectNotAuthorized { _ = try auth.authenticate(signed(signer("us-east-1"), now: now), queryPairs: []) }
+            #expect(try auth.authenticate(signed(signer("eu-west-1"), now: now), queryPairs: []).accessKeyID == known.accessKeyID)
+        }
+    }
+
+    @Test func temporaryCredentialsExpire() async throws {
+        try await withLedger { ledger in
+            let start = Date()
+            let temporary = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"), withSessionToken: true, lifetime: .seconds(60), now: Timestamp(start))
+            try ledger.secrets.store(temporary)
+            var auth = Authenticator(ledger: ledger, configuredAdmin: nil)
+            let signer = SigV4Signer(accessKeyID: temporary.accessKeyID, secretAccessKey: temporary.secretAccessKey, sessionToken: temporary.sessionToken)
+            auth.now = { start.addingTimeInterval(30) }
+            #expect(try auth.authenticate(signed(signer, now: start.addingTimeInterval(30)), queryPairs: []).accessKeyID == temporary.accessKeyID)
+            auth.now = { start.addingTimeInterval(61) }
+            do {
+                _ = try auth.authenticate(signed(signer, now: start.addingTimeInterval(61)), queryPairs: [])
+                Issue.record("an expired credential was accepted")
+            } catch let error as WireError {
+                #expect(error.status == 403 && error.message.contains("expired"))
+            }
+        }
+    }
+
+    @Test func theGeneratedAdminStopsWorkingOnceAnOperatorSetsOne() async throws {
+        try await withLedger { ledger in
+            let (generated, _) = try ledger.secrets.generatedAdminCredential()
+            let now = Date()
+            let signer = SigV4Signer(accessKeyID: generated.accessKeyID, secretAccessKey: generated.secretAccessKey)
+            var alone = Authenticator(ledger: ledger, configuredAdmin: nil)
+            alone.now = { now }
+            #expect(try alone.authenticate(signed(signer, now: now), queryPairs: []).scope == .admin)
+            var configured = Authenticator(ledger: ledger, configuredAdmin: Credential.generate(scope: .admin))
+            configured.now = { now }
+            expectMismatch { _ = try configured.authenticate(signed(signer, now: now), queryPairs: []) }
+        }
+    }
+
+    @Test func anUnsignedPayloadIsForReadsOnly() async throws {
+        try await withLedger { ledger in
+            let known = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"))
+            try ledger.secrets.store(known)
+            let now = Date()
+            var auth = Authenticator(ledger: ledger, configuredAdmin: nil)
+            auth.now = { now }
+            func presigned(_ method: String, body: [UInt8]) -> WireRequest {
+                let amzDate = SigV4.amzDate(now)
+                let day = String(amzDate.prefix(8))
+                let path = "/identitypools/test%3A0/identities/test%3A1/datasets/d"
+                var query: [(String, String)] = [("X-Amz-Algorithm", SigV4.algorithm), ("X-Amz-Credential", "\(known.accessKeyID)/\(day)/us-east-1/cognito-sync/aws4_request"),
+                                                 ("X-Amz-Date", amzDate), ("X-Amz-Expires", "300"), ("X-Amz-SignedHeaders", "host")]
+                let canonical = SigV4.canonicalRequest(method: method, canonicalURI: SigV4.canonicalURI(rawPath: path), canonicalQuery: SigV4.canonicalQuery(query),
+                                                       headers: [("host", "h:1")], signedHeaders: ["host"], payloadHash: "UNSIGNED-PAYLOAD")
+                let signature = SigV4.signature(secret: known.secretAccessKey, date: day, region: "us-east-1", service: "cognito-sync",
+                                                stringToSign: SigV4.stringToSign(amzDate: amzDate, scope: "\(day)/us-east-1/cognito-sync/aws4_request", canonicalRequest: canonical))
+                query.append(("X-Amz-Signature", signature))
+                let raw = query.map { "\(SigV4.uriEncode($0.0))=\(SigV4.uriEncode($0.1))" }.joined(separator: "&")
+                return WireRequest(method: method, rawPath: path, rawQuery: raw, headers: [("host", "h:1")], body: body)
+            }
+            let get = presigned("GET", body: [])
+            #expect(try auth.authenticate(get, queryPairs: SigV4.queryPairs(get.rawQuery)!).accessKeyID == known.accessKeyID)
+            let post = presigned("POST", body: Array(#"{"SyncSessionToken":"x"}"#.utf8))
+            expectMismatch { _ = try auth.authenticate(post, queryPairs: SigV4.queryPairs(post.rawQuery)!) }
+        }
     }
 }
 

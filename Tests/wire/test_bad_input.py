@@ -102,7 +102,7 @@ def test_body_over_max_body_bytes(server, target):
     padded = body[:-1] + " " * (MAIN_MAX_BODY_BYTES + 1 - len(body)) + "}"
     assert len(padded) == MAIN_MAX_BODY_BYTES + 1 and json.loads(padded)
     response = server.raw("POST", dataset_path(target.pool, target.identity, "data"), padded)
-    message = expect_raw_error(response, "InvalidParameterException", 400)
+    message = expect_raw_error(response, "InvalidParameterException", 413)     # refused before it is read
     assert str(MAIN_MAX_BODY_BYTES) in message, message
     assert target.snapshot("data") == before
     # Exactly at the limit is read (and written).
@@ -313,7 +313,7 @@ def test_request_hidden_in_an_oversized_body_is_never_run(server, target):
         sock.sendall(outer)
         sock.settimeout(3)
         first = read_until(sock, b"exceeds")
-        assert first.startswith(b"HTTP/1.1 400"), first[:300]
+        assert first.startswith(b"HTTP/1.1 413"), first[:300]
         assert b"InvalidParameterException" in first and first.count(b"HTTP/1.1 ") == 1, first
         try:
             sock.sendall(health)

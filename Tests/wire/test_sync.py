@@ -132,7 +132,9 @@ def test_delete_then_recreate_continues_counts(ds):
     assert page["DatasetExists"] is True
     assert page["DatasetSyncCount"] == deleted_at + 1
     assert [(r["Key"], r["Value"], r["SyncCount"]) for r in page["Records"]] == [("a", "reborn", 4)]
-    assert page["DatasetDeletedAfterRequestedSyncCount"] is True    # the delete (3) is after 0
+    # A device that never synced (LastSyncCount 0) is not told of the delete: the JavaScript and
+    # Android SDKs would wipe their copy and cancel the sync on that flag alone, for ever.
+    assert page["DatasetDeletedAfterRequestedSyncCount"] is False
     assert ds.list("cycle", LastSyncCount=2)["DatasetDeletedAfterRequestedSyncCount"] is True
     assert ds.list("cycle", LastSyncCount=3)["DatasetDeletedAfterRequestedSyncCount"] is False
     assert ds.list("cycle", LastSyncCount=4)["DatasetDeletedAfterRequestedSyncCount"] is False

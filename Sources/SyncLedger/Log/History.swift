@@ -99,6 +99,7 @@ extension Ledger {
     /// Calls `body` with every entry of the ledger in commit order, from the sequence after
     /// `sequence` on (the change feed), until it returns false.
     public func forEachCommit(after sequence: UInt64 = 0, _ body: (LogEntry) throws -> Bool) throws {
+        guard sequence < UInt64.max else { return }  // nothing can follow the last sequence
         var next = sequence + 1
         var names: [UInt64: StreamName] = [:]
         while true {

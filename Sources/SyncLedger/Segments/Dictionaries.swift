@@ -115,8 +115,10 @@ extension Ledger {
 }
 
 extension Ledger {
-    /// Decodes segment bytes, finding any dictionary they name in this ledger.
-    public func decodeSegment(_ bytes: [UInt8]) throws -> Segment {
-        try Segment.decode(bytes, dictionaries: dictionaryLookup)
+    /// Decodes segment bytes, finding any dictionary they name in this ledger. See
+    /// ``Segment/decode(_:dictionaries:maxUncompressedSize:admit:)``.
+    public func decodeSegment(_ bytes: [UInt8], maxUncompressedSize: UInt64 = Segment.maxUncompressedSize,
+                              admit: (Segment.Header) throws -> Void = { _ in }) throws -> Segment {
+        try Segment.decode(bytes, dictionaries: dictionaryLookup, maxUncompressedSize: maxUncompressedSize, admit: admit)
     }
 }
