@@ -223,13 +223,16 @@ def wait_closed(socks, seconds, on_tick=None, tick=1.0):
 
 
 def open_idle(port, count, timeout=5):
-    """Opens `count` connections that send nothing. Returns (sockets, connect errors)."""
+    """Opens up to `count` connections that send nothing; stops at the first that fails (a
+    server that no longer accepts lets its backlog fill, and every further connect would wait
+    out its timeout). Returns (sockets, connect errors)."""
     socks, errors = [], []
     for _ in range(count):
         try:
             socks.append(connect(port, timeout))
         except OSError as error:
             errors.append(error)
+            break
     return socks, errors
 
 
@@ -443,9 +446,14 @@ def large_body_attack(port, pid, count, length, credential, path="/segments", co
     return result
 
 
+# A well-formed payload hash for a body that is never sent: the head's signature verifies, and
+# only the body could tell that it does not match.
+NEVER_SENT_HASH = hashlib.sha256(b"a body that is never sent").hexdigest()
+
+
 def oversize_head(port, length, credential, expect_continue=False):
     """A signed POST /segments head declaring `length` body bytes (none sent)."""
-    head = signed_head(port, "POST", "/segments", "UNSIGNED-PAYLOAD", length, credential)
+    head = signed_head(port, "POST", "/segments", NEVER_SENT_HASH, length, credential)
     if expect_continue:
         head = head[:-2] + b"Expect: 100-continue\r\n\r\n"
     return head
@@ -491,10 +499,12 @@ def measure(binary_args=(), idle_count=2000, slowloris_count=50, slowloris_secon
                 log(f"attack: {len(socks)} idle connections (connect errors {len(errors)}): {text}")
                 rows.append((f"{len(socks)} idle connections", text))
                 held_most = max(held_most, min(accepted, len(socks) - closed))
-                if isinstance(status, str) and status.startswith("TimeoutError"):
+                if (isinstance(status, str) and status.startswith("TimeoutError")) or errors:
                     starved = starved or len(socks)
+                    break   # more connections would only wait out their connect timeouts
             rows.append(("idle connections held (most at once)", f"{held_most}"))
-            rows.append(("/health starved (timed out) from", f"{starved} idle connections" if starved else "never"))
+            rows.append(("/health starved (timed out) from", f"{starved} idle connections" if starved
+                         else f"never (up to {len(socks)})"))
             held = _held(socks)
             log(f"attack: waiting up to 75 s for the server to close {len(held)} idle connections")
             closed = wait_closed(held, 75)

@@ -1958,11 +1958,12 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=None, help="fuzz this many requests")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--max-restarts", type=int, default=20, help="restarts of a crashed server before stopping")
+    parser.add_argument("--max-restarts", type=int, default=20,
+                        help="crashes or hangs of the server to restart it after before stopping")
     parser.add_argument("--save-dir", default=None, help="write each finding's request there as JSON")
     parser.add_argument("--verify-every", type=float, default=60, help="run `syncledger verify` this often (seconds)")
     parser.add_argument("--only", type=int, default=None, help="regenerate request number ONLY of --seed and send it")
-    parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory (kept anyway when anything was found)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**9)
     seconds = args.seconds if args.seconds is not None or args.requests is not None else 300
@@ -2006,7 +2007,9 @@ def main(argv=None):
             status = 1
     finally:
         fuzzer.server.stop()
-        if not args.keep:
+        if args.keep or status != 0:
+            print(f"kept the data directory and the server logs (with those of crashed servers): {root}")
+        else:
             shutil.rmtree(root, ignore_errors=True)
     return status
 
