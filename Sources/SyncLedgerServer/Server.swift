@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 public import SyncLedger
 import Hummingbird
 import HummingbirdCore
@@ -188,13 +191,20 @@ public enum SyncLedgerServer {
             return (Credential(accessKeyID: id, secretAccessKey: secret, scope: .admin), true)
         }
         let (stored, created) = try ledger.secrets.generatedAdminCredential()
-        if created {
+        if created, isatty(STDOUT_FILENO) == 1 {
+            // Shown once, and only to a person at a terminal: a secret must not reach a log.
             say("""
                 Generated the admin (developer) credential; it is kept in \(ledger.secrets.directory) and shown only this once:
                   AccessKeyId:     \(stored.accessKeyID)
                   SecretAccessKey: \(stored.secretAccessKey)
                 Set SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY to use your own (this one then stops working);
                 `syncledger credentials list` shows it and `syncledger credentials revoke` removes it.
+                """)
+        } else if created {
+            say("""
+                Generated the admin (developer) credential \(stored.accessKeyID), kept in \(ledger.secrets.directory). Its secret is shown
+                only on a terminal, never in a log: `syncledger credentials rotate \(stored.accessKeyID) --data \(configuration.dataDirectory)`
+                prints a new one. Or set SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY to use your own.
                 """)
         } else {
             say("Using the admin credential kept in \(ledger.secrets.directory) (access key \(stored.accessKeyID)).")

@@ -151,11 +151,15 @@ def test_past_the_connection_limit_with_every_connection_busy_a_new_one_is_close
             for p in polls:
                 p.setblocking(False)
                 try:
-                    if p.recv(1) == b"":
-                        p.close()
-                except (BlockingIOError, ConnectionError):
-                    pass
-                p.setblocking(True)
+                    gone = p.recv(1) == b""
+                except BlockingIOError:
+                    gone = False
+                except ConnectionError:
+                    gone = True
+                if gone:
+                    p.close()
+                else:
+                    p.setblocking(True)
             assert time.monotonic() < deadline, "a connection past the limit was never closed"
         for sock in polls:
             sock.close()
