@@ -9,7 +9,7 @@ struct Get: AsyncParsableCommand {
         discussion: "Reads the log (no sync session is counted, nothing is written).")
     @OptionGroup var data: DataDirectory
     @OptionGroup var target: StreamOptions
-    @Flag(help: "Print one JSON object: stream, exists, syncCount, records.") var json = false
+    @Flag(help: "Print one JSON object: stream, exists, deleted, syncCount, recordCount, bytes, records [{key, value, syncCount, lastModified, lastModifiedBy}].") var json = false
     @Argument(help: "Only this key.") var key: String?
 
     func run() async throws {
@@ -24,13 +24,7 @@ struct Get: AsyncParsableCommand {
             throw CLIError("\(stream) has no record \(quote(key)) (sync count \(meta?.syncCount ?? 0))")
         }
         if json {
-            printLine([
-                "stream": .stream(stream), "exists": .bool(meta.map { !$0.deleted } ?? false), "syncCount": .uint(meta?.syncCount ?? 0),
-                "records": .array(live.map { record in
-                    ["key": .string(record.key.string), "value": .string(record.value.value), "syncCount": .uint(record.value.syncCount),
-                     "lastModified": .time(record.value.lastModified), "lastModifiedBy": .string(record.value.lastModifiedBy)]
-                }),
-            ])
+            printLine(datasetJSON(stream, meta, live))
             return
         }
         if meta == nil || meta?.deleted == true, key == nil {
@@ -88,7 +82,7 @@ struct Replay: AsyncParsableCommand {
     @OptionGroup var target: StreamOptions
     @Option(help: "Replay up to and including this sync count (at most the dataset's).") var syncCount: UInt64?
     @Option(help: "Replay every entry at or before this time (\(ISOTime.expected); times printed by `log` replay exactly).") var time: String?
-    @Flag(help: "Print one JSON object: stream, syncCount, exists, deleted, recordCount, bytes, records.") var json = false
+    @Flag(help: "Print one JSON object, as get --json prints the dataset now.") var json = false
 
     func validate() throws {
         guard (syncCount == nil) != (time == nil) else { throw ValidationError("give exactly one of --sync-count and --time") }
@@ -113,11 +107,7 @@ struct Replay: AsyncParsableCommand {
         let records = view.liveRecords.sorted { $0.key < $1.key }
         let meta = view.dataset
         if json {
-            printLine([
-                "stream": .stream(stream), "syncCount": .uint(meta?.syncCount ?? 0), "exists": .bool(meta.map { !$0.deleted } ?? false),
-                "deleted": .bool(meta?.deleted ?? false), "recordCount": .uint(meta?.recordCount ?? 0), "bytes": .uint(meta?.bytes ?? 0),
-                "records": .object(records.map { ($0.key.string, .string($0.value)) }),
-            ])
+            printLine(datasetJSON(stream, meta, view.records.filter { $0.value.value != nil }.sorted { $0.key < $1.key }))
             return
         }
         guard let meta else {
@@ -127,4 +117,18 @@ struct Replay: AsyncParsableCommand {
         print("sync count \(meta.syncCount), \(meta.recordCount) records, \(meta.bytes) bytes\(meta.deleted ? ", deleted" : "")")
         for (key, value) in records { print("\(key.string)\t\(value)") }
     }
+}
+
+/// A dataset's state as `get --json` and `replay --json` print it: stream, exists, deleted,
+/// syncCount, recordCount, bytes, and its live records in key order (key, value, syncCount,
+/// lastModified, lastModifiedBy).
+func datasetJSON(_ stream: StreamName, _ meta: DatasetState?, _ records: [(key: RecordKey, value: RecordState)]) -> JSON {
+    [
+        "stream": .stream(stream), "exists": .bool(meta.map { !$0.deleted } ?? false), "deleted": .bool(meta?.deleted ?? false),
+        "syncCount": .uint(meta?.syncCount ?? 0), "recordCount": .uint(meta?.recordCount ?? 0), "bytes": .uint(meta?.bytes ?? 0),
+        "records": .array(records.map { record in
+            ["key": .string(record.key.string), "value": .string(record.value.value), "syncCount": .uint(record.value.syncCount),
+             "lastModified": .time(record.value.lastModified), "lastModifiedBy": .string(record.value.lastModifiedBy)]
+        }),
+    ]
 }

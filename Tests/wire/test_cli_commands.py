@@ -57,6 +57,11 @@ def ledger(tmp_path):
     return data
 
 
+def values(state):
+    """{key: value} of a dataset as get --json and replay --json print it."""
+    return {r["key"]: r["value"] for r in state["records"]}
+
+
 def json_lines(text):
     return [json.loads(line) for line in text.splitlines()]
 
@@ -271,7 +276,9 @@ def test_put_of_an_unchanged_value_appends_nothing(ledger):
 
 def test_get_json_and_a_missing_key(ledger):
     got = json.loads(ok("get", "--data", ledger, "--json"))
+    assert list(got) == ["stream", "exists", "deleted", "syncCount", "recordCount", "bytes", "records"]
     assert got["stream"]["dataset"] == "default" and got["exists"] is True and got["syncCount"] == 2
+    assert (got["recordCount"], got["bytes"]) == (2, len("a3b2"))
     assert [(r["key"], r["value"], r["syncCount"]) for r in got["records"]] == [("a", "3", 2), ("b", "2", 1)]
     assert ok("get", "--data", ledger, "a").startswith("a\t3\t")
     line = one_line_error(syncledger("get", "--data", ledger, "zz"))
@@ -287,9 +294,12 @@ def test_replay_past_the_head_says_so(ledger):
     line = one_line_error(syncledger("replay", "--data", ledger, "--sync-count", MAX_U64, "--dataset", "never"))
     assert "has sync count 0" in line, line
     state = json.loads(ok("replay", "--data", ledger, "--sync-count", "2", "--json"))
-    assert (state["syncCount"], state["records"]) == (2, {"a": "3", "b": "2"})
+    assert (state["syncCount"], values(state)) == (2, {"a": "3", "b": "2"})
+    # The same shape as get --json (the dataset now).
+    assert state == json.loads(ok("get", "--data", ledger, "--json"))
     state = json.loads(ok("replay", "--data", ledger, "--sync-count", "1", "--json"))
-    assert (state["syncCount"], state["records"]) == (1, {"a": "1", "b": "2"})
+    assert (state["syncCount"], values(state)) == (1, {"a": "1", "b": "2"})
+    assert [(r["key"], r["syncCount"]) for r in state["records"]] == [("a", 1), ("b", 1)]
 
 
 def test_replay_at_a_time_copied_from_the_log_is_exact(tmp_path):
@@ -305,7 +315,7 @@ def test_replay_at_a_time_copied_from_the_log_is_exact(tmp_path):
         value = next(e for e in entries if e["offset"] == expected)["events"][0]["value"]
         for spelled in (at, at.replace("Z", "+00:00"), at[:-1] + "999Z", shift(at, hours=2)):
             state = json.loads(ok("replay", "--data", data, "--time", spelled, "--json"))
-            assert (state["syncCount"], state["records"]) == (expected, {"k": value}), (spelled, state)
+            assert (state["syncCount"], values(state)) == (expected, {"k": value}), (spelled, state)
         # A millisecond earlier: before this entry, unless another shares that millisecond.
         earlier = (parse_time(at) - datetime.timedelta(milliseconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
         state = json.loads(ok("replay", "--data", data, "--time", earlier, "--json"))
