@@ -5,14 +5,52 @@ import SyncLedger
 /// `syncledger`: the command-line front of a ledger directory.
 @main
 struct SyncLedgerCommand: AsyncParsableCommand {
+    /// This build's version (`syncledger --version`).
+    static let version = "0.9.0"
+
     static let configuration = CommandConfiguration(
         commandName: "syncledger",
         abstract: "An event-sourced sync store with a history you can verify.",
-        subcommands: [Serve.self, Credentials.self, Export.self, Import.self, Dict.self, Put.self, Get.self, Remove.self, Log.self, History.self, Replay.self, Verify.self, RebuildViews.self]
+        discussion: """
+            Every command works on the data directory given with --data (default ./syncledger-data, \
+            relative to where you stand).
+
+            Only serve, put, import and credentials create make a ledger when the directory holds \
+            none (and say so on standard error). Every other command refuses such a directory \
+            ("there is no ledger at …; check --data") rather than reading or writing an empty ledger.
+
+            --json makes log, history, replay, get, verify and credentials list print JSON: \
+            one object per line for log, history and credentials list, one object for the others.
+            """,
+        version: version,
+        subcommands: [
+            Serve.self, Credentials.self, Put.self, Get.self, Remove.self, Log.self, History.self, Replay.self,
+            Verify.self, RebuildViews.self, Export.self, Import.self, Dict.self,
+        ]
     )
+
+    /// Parses and runs a command; a mistyped subcommand gets a suggestion (exit 64), and every
+    /// failure becomes one line on standard error (see ``Failures``).
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if let unknown = Suggestions.unknownCommand(in: arguments, root: Self.self) {
+            printError("syncledger: \(unknown)")
+            Foundation.exit(ExitCode.validationFailure.rawValue)
+        }
+        do {
+            var command = try await asyncParseAsRoot(arguments)
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            Failures.exit(error)
+        }
+    }
 }
 
-/// Options every command shares: where the data lives.
+/// Where the data lives, for commands that append to the log: `--data` and `--fast`.
 struct DataOptions: ParsableArguments {
     @Option(name: .long, help: "The data directory.")
     var data: String = "syncledger-data"
@@ -20,11 +58,37 @@ struct DataOptions: ParsableArguments {
     @Flag(name: .long, help: "Skip fsync on commit (faster; a power cut may lose the last writes).")
     var fast = false
 
-    func open() throws -> Ledger {
+    /// Opens the ledger; `create`: make one when the directory holds none (and say so).
+    func open(create: Bool) throws -> Ledger {
         var options = LedgerOptions()
         options.durable = !fast
-        return try Ledger(directory: data, options: options)
+        return try openLedger(at: data, options: options, create: create)
     }
+}
+
+/// Where the data lives, for commands that do not append to the log: `--data`.
+struct DataDirectory: ParsableArguments {
+    @Option(name: .long, help: "The data directory (it must hold a ledger).")
+    var data: String = "syncledger-data"
+
+    /// Opens the ledger; `create`: make one when the directory holds none (and say so).
+    func open(create: Bool = false) throws -> Ledger {
+        try openLedger(at: data, options: LedgerOptions(), create: create)
+    }
+}
+
+/// Opens the ledger in `directory`. Without `create`, a directory that holds no ledger is an
+/// error (``LedgerError`` `.notFound`: "there is no ledger at …; check --data"); with it, a new
+/// ledger is made and standard error says where, so that a mistyped --data shows.
+func openLedger(at directory: String, options: LedgerOptions, create: Bool) throws -> Ledger {
+    var options = options
+    options.createIfMissing = create
+    let existed = FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent("data.mdb"))
+    // Made here first so that a path that cannot be made says why (see makeDirectories).
+    if create, !existed { try makeDirectories(directory, what: "the data directory") }
+    let ledger = try Ledger(directory: directory, options: options)
+    if !existed { printError("syncledger: made a new ledger in \(directory)") }
+    return ledger
 }
 
 /// Which dataset a command works on.
@@ -35,213 +99,5 @@ struct StreamOptions: ParsableArguments {
 
     func stream() throws -> StreamName {
         try StreamName(pool: pool, identity: identity, dataset: dataset)
-    }
-}
-
-/// Sets one or more records, as a device would: reads the current sync counts, then updates.
-struct Put: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Set records: syncledger put KEY VALUE [KEY VALUE …]")
-    @OptionGroup var data: DataOptions
-    @OptionGroup var target: StreamOptions
-    @Option(help: "The device making the change (recorded as its author).") var device: String?
-    @Argument(help: "Alternating keys and values.") var pairs: [String]
-
-    func validate() throws {
-        guard !pairs.isEmpty, pairs.count % 2 == 0 else { throw ValidationError("give KEY VALUE pairs") }
-    }
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        let stream = try target.stream()
-        let values = stride(from: 0, to: pairs.count, by: 2).map { (pairs[$0], pairs[$0 + 1]) }
-        let result = try await writeWithCurrentCounts(ledger, stream) { counts in
-            values.map { RecordPatch(op: .replace, key: $0.0, value: $0.1, syncCount: counts[$0.0] ?? 0) }
-        }
-        print("\(stream) sync count \(result.syncCount)")
-    }
-}
-
-/// Removes records.
-struct Remove: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Remove records: syncledger remove KEY [KEY …]")
-    @OptionGroup var data: DataOptions
-    @OptionGroup var target: StreamOptions
-    @Argument(help: "The keys to remove.") var keys: [String]
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        let stream = try target.stream()
-        let result = try await writeWithCurrentCounts(ledger, stream) { counts in
-            keys.map { RecordPatch(op: .remove, key: $0, syncCount: counts[$0] ?? 0) }
-        }
-        print("\(stream) sync count \(result.syncCount)")
-    }
-}
-
-/// Reads all current sync counts, builds patches from them and updates; retries a conflict
-/// with another writer a few times.
-func writeWithCurrentCounts(_ ledger: Ledger, _ stream: StreamName, _ patches: ([String: UInt64]) -> [RecordPatch]) async throws -> UpdateResult {
-    var attempt = 0
-    while true {
-        var counts: [String: UInt64] = [:]
-        var token: String?
-        var session = ""
-        repeat {
-            let page = try ledger.listRecords(stream, nextToken: token)
-            for record in page.records { counts[record.key] = record.syncCount }
-            token = page.nextToken
-            session = page.syncSessionToken
-        } while token != nil
-        do {
-            return try await ledger.updateRecords(stream, patches: patches(counts), caller: "cli", sessionToken: session)
-        } catch let error as LedgerError where error.code == .conflict && attempt < 5 {
-            attempt += 1
-        }
-    }
-}
-
-/// Prints the current records of a dataset.
-struct Get: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print a dataset's records (or one record).")
-    @OptionGroup var data: DataOptions
-    @OptionGroup var target: StreamOptions
-    @Argument(help: "Only this key.") var key: String?
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        let stream = try target.stream()
-        var token: String?
-        var records: [Record] = []
-        var page: RecordsPage
-        repeat {
-            page = try ledger.listRecords(stream, nextToken: token)
-            records += page.records
-            token = page.nextToken
-        } while token != nil
-        if !page.datasetExists { print("(dataset \(stream) does not exist; sync count \(page.datasetSyncCount))") }
-        for record in records.sorted(by: { $0.key < $1.key }) where key == nil || record.key == key {
-            guard let value = record.value else { continue }
-            print("\(record.key)\t\(value)\t(sync count \(record.syncCount), by \(record.state.lastModifiedBy))")
-        }
-    }
-}
-
-func describe(_ entry: LogEntry) -> String {
-    let events = entry.events.map { event -> String in
-        switch event {
-        case .put(let key, let value, _): "put \(key)=\(value.count > 60 ? String(value.prefix(60)) + "…" : value)"
-        case .remove(let key, _): "remove \(key)"
-        case .deleteDataset: "delete dataset"
-        }
-    }.joined(separator: ", ")
-    return "#\(entry.sequence) \(entry.stream) @\(entry.offset) \(entry.time) by \(entry.author): \(events)"
-}
-
-/// Prints the change feed, or one stream's log.
-struct Log: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print log entries: the whole change feed, or one dataset's stream with --stream.")
-    @OptionGroup var data: DataOptions
-    @OptionGroup var target: StreamOptions
-    @Flag(help: "Only the stream named by --pool/--identity/--dataset.") var stream = false
-    @Option(help: "Start after this commit sequence (feed) or from this offset (stream).") var from: UInt64 = 0
-    @Option(help: "Print at most this many entries.") var limit = 1000
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        var printed = 0
-        let body: (LogEntry) -> Bool = { entry in
-            print(describe(entry))
-            printed += 1
-            return printed < limit
-        }
-        if stream {
-            try ledger.forEachEntry(in: try target.stream(), from: from, body)
-        } else {
-            try ledger.forEachCommit(after: from, body)
-        }
-    }
-}
-
-/// Prints the history of one key.
-struct History: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print every change of one key.")
-    @OptionGroup var data: DataOptions
-    @OptionGroup var target: StreamOptions
-    @Argument var key: String
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        try ledger.history(of: key, in: try target.stream()) { change in
-            let what: String = switch change.event {
-            case .put(_, let value, _): "put \(value)"
-            case .remove: "remove"
-            case .deleteDataset: "dataset deleted"
-            }
-            print("@\(change.offset) \(change.time) by \(change.author): \(what)")
-            return true
-        }
-    }
-}
-
-/// Prints a dataset as it was at a sync count or a time.
-struct Replay: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print a dataset as it was at a sync count or time, replayed from the log.")
-    @OptionGroup var data: DataOptions
-    @OptionGroup var target: StreamOptions
-    @Option(help: "Replay up to and including this sync count.") var syncCount: UInt64?
-    @Option(help: "Replay up to this time (ISO 8601, e.g. 2026-11-22T10:00:00Z).") var time: String?
-
-    func validate() throws {
-        guard (syncCount == nil) != (time == nil) else { throw ValidationError("give exactly one of --sync-count and --time") }
-        if let time, ISO8601DateFormatter().date(from: time) == nil { throw ValidationError("--time \(time) is not ISO 8601") }
-    }
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        let stream = try target.stream()
-        let view = if let syncCount {
-            try ledger.dataset(stream, asOfSyncCount: syncCount)
-        } else {
-            try ledger.dataset(stream, asOf: Timestamp(ISO8601DateFormatter().date(from: time!)!))
-        }
-        guard let meta = view.dataset else {
-            print("(no entries yet at that point)")
-            return
-        }
-        print("sync count \(meta.syncCount), \(meta.recordCount) records, \(meta.bytes) bytes\(meta.deleted ? ", deleted" : "")")
-        for (key, value) in view.liveRecords.sorted(by: { $0.key < $1.key }) { print("\(key)\t\(value)") }
-    }
-}
-
-/// Verifies every hash chain and view.
-struct Verify: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Recompute every hash chain and view; exit 1 at the first problem.")
-    @OptionGroup var data: DataOptions
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        let report = try ledger.verify()
-        print(report)
-        if !report.isValid { throw ExitCode(1) }
-    }
-}
-
-/// Rebuilds the views from the log.
-struct RebuildViews: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "rebuild-views", abstract: "Recompute every view from the log.")
-    @OptionGroup var data: DataOptions
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        try await ledger.rebuildViews()
-        print(try ledger.verify())
     }
 }

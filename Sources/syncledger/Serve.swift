@@ -74,33 +74,3 @@ struct Serve: AsyncParsableCommand {
         try await SyncLedgerServer.run(config)
     }
 }
-
-/// `syncledger credentials`: access keys for the server.
-struct Credentials: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Manage access keys.", subcommands: [Create.self])
-
-    /// `syncledger credentials create`: mints a credential for one identity.
-    struct Create: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Mint a credential that reaches one identity's datasets and devices; prints JSON.")
-        @OptionGroup var data: DataOptions
-        @Option(name: .customLong("identity-pool-id"), help: "The identity pool.") var pool: String
-        @Option(name: .customLong("identity-id"), help: "The identity.") var identity: String
-        @Flag(help: "Also issue a session token that requests must carry (like temporary AWS credentials).") var sessionToken = false
-
-        func run() async throws {
-            let poolID = try IdentityPoolID(pool)
-            let identityID = try IdentityID(identity)
-            let ledger = try data.open()
-            defer { ledger.close() }
-            let credential = Credential.generate(scope: .identity(pool: poolID.rawValue, identity: identityID.rawValue), withSessionToken: sessionToken)
-            try ledger.secrets.store(credential)
-            var object: [String: String] = [
-                "AccessKeyId": credential.accessKeyID, "SecretAccessKey": credential.secretAccessKey,
-                "IdentityPoolId": poolID.rawValue, "IdentityId": identityID.rawValue,
-            ]
-            if let token = credential.sessionToken { object["SessionToken"] = token }
-            let json = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .prettyPrinted])
-            print(String(decoding: json, as: UTF8.self))
-        }
-    }
-}
