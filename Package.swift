@@ -82,6 +82,7 @@ let package = Package(
             name: "syncledger",
             dependencies: [
                 "SyncLedger",
+                "LedgerStorage",
                 "SyncLedgerServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],

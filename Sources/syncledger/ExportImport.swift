@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import SyncLedger
+import LedgerStorage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -85,55 +86,14 @@ func makeOutputDirectory(_ path: String) throws {
     }
 }
 
-/// Makes `path` and its missing parents (0700), as `mkdir -p` does, saying which part could
-/// not be made and why ("afile is a file, not a directory") — Foundation's error on Linux says
-/// only "NSCocoaErrorDomain error 512".
+/// Creates `path` and its missing parents (0700), saying which part failed and why.
 func makeDirectories(_ path: String, what: String) throws {
-    func make(_ path: String) -> String? {
-        var info = stat()
-        if stat(path, &info) == 0 {
-            return (info.st_mode & S_IFMT) == S_IFDIR ? nil : "\(path) is a file, not a directory"
-        }
-        let parent = (path as NSString).deletingLastPathComponent
-        if !parent.isEmpty, parent != path, let failure = make(parent) { return failure }
-        guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
-            let reason = String(cString: strerror(errno))
-            return parent.isEmpty || parent == path ? reason.lowercased() : "\(reason.lowercased()) in \(parent)"
-        }
-        return nil
-    }
-    if let failure = make(path) { throw CLIError("cannot create \(what) \(path): \(failure)") }
+    do { try PrivateFiles.makeDirectories(path) } catch { throw CLIError("cannot create \(what) \(path): \(error.description)") }
 }
 
-/// Writes `bytes` to `path` (0600) through a temporary file renamed into place, so that a
-/// segment file is either whole or absent.
+/// Writes `bytes` to `path` (0600), whole or not at all.
 func writePrivateFile(_ bytes: [UInt8], to path: String) throws {
-    let temporary = path + ".partial"
-    func failure(_ what: String) -> CLIError { CLIError("cannot \(what) \(path): \(String(cString: strerror(errno)))") }
-    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-    guard fd >= 0 else { throw failure("write") }
-    var done = 0
-    while done < bytes.count {
-        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + done, bytes.count - done) }
-        if n < 0, errno == EINTR { continue }
-        guard n > 0 else {
-            let error = failure("write")
-            close(fd)
-            unlink(temporary)
-            throw error
-        }
-        done += n
-    }
-    guard close(fd) == 0 else {
-        let error = failure("write")
-        unlink(temporary)
-        throw error
-    }
-    guard rename(temporary, path) == 0 else {
-        let error = failure("write")
-        unlink(temporary)
-        throw error
-    }
+    do { try PrivateFiles.writeFile(bytes, to: path) } catch { throw CLIError(error.description) }
 }
 
 /// `syncledger import`: merges segment files, in order.

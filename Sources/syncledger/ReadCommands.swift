@@ -6,7 +6,7 @@ import SyncLedger
 struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print a dataset's records (or one record); exit 1 when the key has no record.",
-        discussion: "Reads the log (no sync session is counted, nothing is written).")
+        discussion: "Reads the dataset's view (no sync session is counted, nothing is written).")
     @OptionGroup var data: DataDirectory
     @OptionGroup var target: StreamOptions
     @Flag(help: "Print one JSON object: stream, exists, deleted, syncCount, recordCount, bytes, records [{key, value, syncCount, lastModified, lastModifiedBy}].") var json = false
@@ -16,10 +16,10 @@ struct Get: AsyncParsableCommand {
         let stream = try target.stream()
         let ledger = try data.open()
         defer { ledger.close() }
-        // The current state, replayed from the log: a read that counts no sync session.
-        let view = try ledger.dataset(stream, asOfSyncCount: .max)
-        let live = view.records.filter { $0.value.value != nil && (key == nil || $0.key == RecordKey(key!)) }.sorted { $0.key < $1.key }
-        let meta = view.dataset
+        // The current state, read from the views: no sync session is counted.
+        let (meta, records) = try ledger.snapshot(stream)
+        let live = records.filter { $0.value != nil && (key == nil || RecordKey($0.key) == RecordKey(key!)) }
+            .map { (key: RecordKey($0.key), value: $0.state) }.sorted { $0.key < $1.key }
         if let key, live.isEmpty {
             throw CLIError("\(stream) has no record \(quote(key)) (sync count \(meta?.syncCount ?? 0))")
         }

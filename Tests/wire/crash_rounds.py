@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -449,33 +448,29 @@ def run_verify(binary, data_dir):
     return out.returncode == 0 and out.stdout.startswith("ok:"), out.returncode, text
 
 
-_FEED_LINE = re.compile(r"^#\d+ ([^/\s]+)/" + re.escape(SYSTEM_IDENTITY) + r"/(devices|subscriptions) @\d+ \S+ by \S+: (.*)$")
-_EVENT_SPLIT = re.compile(r", (?=(?:put|remove|delete) )")
-
-
 def read_feed(binary, data_dir, pool):
-    """The devices and subscriptions of `pool`, replayed from `syncledger log` (the whole change
-    feed; the system streams are not readable through the Cognito API or `syncledger get`)."""
-    out = subprocess.run([binary, "log", "--data", data_dir, "--limit", str(2**62)],
+    """The devices and subscriptions of `pool`, replayed from `syncledger log --system --json`
+    (the whole change feed; the system streams are not readable through the Cognito API or
+    `syncledger get`)."""
+    out = subprocess.run([binary, "log", "--data", data_dir, "--system", "--json", "--limit", str(2**62)],
                          capture_output=True, text=True, timeout=VERIFY_TIMEOUT)
     if out.returncode != 0:
         raise AssertionError(f"syncledger log failed ({out.returncode}): {out.stderr[-2000:]}")
     devices, subscriptions = {}, set()
     for line in out.stdout.splitlines():
-        m = _FEED_LINE.match(line)
-        if not m or m.group(1) != pool:
+        entry = json.loads(line)
+        stream = entry["stream"]
+        if stream["pool"] != pool or stream["identity"] != SYSTEM_IDENTITY or stream["dataset"] not in ("devices", "subscriptions"):
             continue
-        stream, body = m.group(2), m.group(3)
-        for event in _EVENT_SPLIT.split(body):
-            op, _, rest = event.partition(" ")
-            key, _, value = rest.partition("=")
-            if stream == "devices" and key.startswith("token/"):
+        for event in entry["events"]:
+            op, key, value = event["op"], event.get("key", ""), event.get("value")
+            if stream["dataset"] == "devices" and key.startswith("token/"):
                 _, identity, platform, token = key.split("/", 3)
                 if op == "put":
                     devices[(identity, platform, token)] = value
                 else:
                     devices.pop((identity, platform, token), None)
-            elif stream == "subscriptions":
+            elif stream["dataset"] == "subscriptions":
                 identity, dataset, device = key.split("/", 2)
                 (subscriptions.add if op == "put" else subscriptions.discard)((identity, dataset, device))
     return devices, subscriptions

@@ -88,7 +88,8 @@ final class RawMergeFixture: MeasuredFixture {
 /// The same Cognito semantics on SQLite, written as an application would: WAL journal, a `log`
 /// table (one row per entry: stream, sync count, time, author, hash, record key and value, with
 /// a unique index on stream and sync count for per-stream reads) and a `records` table keyed by
-/// stream and record key, upserted with the record's new value and sync count; prepared
+/// stream and record key, upserted with the record's new value and sync count, with an index on
+/// stream and sync count for ListRecords (as the ledger's `records-by-sync-count`); prepared
 /// statements; one transaction per batch of 1,000 entries. `synchronous=FULL` is the durable
 /// peer (an fsync of the WAL per commit), `NORMAL` the fast one (no fsync per commit in WAL
 /// mode). The rows' fields are taken from the decoded segments in setup.
@@ -156,6 +157,7 @@ final class SQLiteMergeFixture: MeasuredFixture {
                 last_modified INTEGER NOT NULL,
                 last_modified_by TEXT NOT NULL,
                 PRIMARY KEY(stream, record_key)) WITHOUT ROWID;
+            CREATE INDEX records_by_sync_count ON records(stream, sync_count);
             """)
         insertLog = try connection.prepare(
             "INSERT INTO log(stream, sync_count, time, author, hash, record_key, value) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)")

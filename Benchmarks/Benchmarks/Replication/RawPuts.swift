@@ -10,13 +10,15 @@ struct RawPut {
     let value: [UInt8]
     /// `MDB_APPEND` (the log).
     let append: Bool
+    /// Delete `key` instead (a record's row leaving its old sync count).
+    var delete = false
 }
 
 /// The ledger's databases (docs/storage-format.md), opened in a raw environment.
 struct RawLedgerDatabases {
     /// The databases the write path touches.
     enum Name: Int, CaseIterable {
-        case log, index, streams, streamNames, records, datasets, pools
+        case log, index, streams, streamNames, records, recordsBySyncCount, datasets, pools
         var lmdbName: String {
             switch self {
             case .log: "log"
@@ -24,6 +26,7 @@ struct RawLedgerDatabases {
             case .streams: "streams"
             case .streamNames: "stream-names"
             case .records: "records"
+            case .recordsBySyncCount: "records-by-sync-count"
             case .datasets: "datasets"
             case .pools: "pools"
             }
@@ -36,17 +39,21 @@ struct RawLedgerDatabases {
         handles = try Name.allCases.map { try environment.openDatabase($0.lmdbName) }
     }
 
-    /// Performs `puts` in `txn`.
+    /// Performs `puts` in `txn` (one marked `delete` deletes its key).
     func apply(_ puts: [RawPut], in txn: Transaction) throws {
         for put in puts {
-            try txn.put(handles[put.database.rawValue], key: put.key, value: put.value, flags: put.append ? .append : [])
+            if put.delete {
+                try txn.delete(handles[put.database.rawValue], key: put.key)
+            } else {
+                try txn.put(handles[put.database.rawValue], key: put.key, value: put.value, flags: put.append ? .append : [])
+            }
         }
     }
 }
 
 /// Turns log entries into the puts the ledger makes when it appends them — `Ledger.append` and
 /// `appendExisting` in the library: the log entry (`MDB_APPEND`), the index, the stream head,
-/// the stream's name the first time, and through `StoredDatasetView.flush` each changed record,
+/// the stream's name the first time, and through `StoredDatasetView.flush` each changed record (and its `records-by-sync-count` row),
 /// the dataset state and the pool aggregate — with keys and values in the formats of
 /// docs/storage-format.md and of the same sizes. Keeps the state those values depend on
 /// (stream ids, commit sequence, record counts and bytes), so entries must come in feed order.
@@ -55,6 +62,8 @@ struct RawPutBuilder {
     private var sequence: UInt64 = 0
     /// Per stream: UTF-8 bytes of each record's key and value, and the dataset's creation time.
     private var datasets: [StreamName: (records: [String: Int], created: Int64)] = [:]
+    /// Per stream and record key: the sync count its `records-by-sync-count` row is under.
+    private var syncCounts: [StreamName: [String: UInt64]] = [:]
     private var poolBytes: [String: Int] = [:]
 
     init() {}
@@ -93,6 +102,11 @@ struct RawPutBuilder {
             record.string(entry.author)
             record.raw(value.utf8)
             result.append(RawPut(database: .records, key: idBytes + Array(key.utf8), value: record.bytes, append: false))
+            if let old = syncCounts[stream, default: [:]][key] {
+                result.append(RawPut(database: .recordsBySyncCount, key: idBytes + bigEndianBytes(old) + Array(key.utf8), value: [], append: false, delete: true))
+            }
+            result.append(RawPut(database: .recordsBySyncCount, key: idBytes + bigEndianBytes(entry.offset) + Array(key.utf8), value: [], append: false))
+            syncCounts[stream, default: [:]][key] = entry.offset
         }
         datasets[stream] = dataset
         let bytes = dataset.records.values.reduce(0, +)
@@ -106,6 +120,7 @@ struct RawPutBuilder {
         state.signed(entry.time.milliseconds)
         state.varint(0)
         state.string(entry.author)
+        state.varint(0)  // tombstones
         result.append(RawPut(database: .datasets, key: idBytes, value: state.bytes, append: false))
         // Pool aggregate: bytes, last modified.
         let pool = stream.pool.rawValue

@@ -160,6 +160,8 @@ final class RawSinglePutFixture: WriteFixture {
 /// - `index`: stream id ‖ offset → sequence;
 /// - `streams`: stream key → head (id, offset, hash);
 /// - `records`: stream id ‖ record key → record state;
+/// - `records-by-sync-count`: the record's row under its old sync count deleted, one under the
+///   new one put;
 /// - `datasets`: stream id → dataset state;
 /// - `pools`: pool id → pool aggregate.
 ///
@@ -177,7 +179,7 @@ final class RawSamePutsFixture: WriteFixture {
     let directory: String
     let environment: Environment
     let perCommit: Int
-    let log, index, streams, records, datasets, pools: Database
+    let log, index, streams, records, recordsBySyncCount, datasets, pools: Database
     /// Each stream's key (pool ␀ identity ␀ dataset), as the ledger stores it.
     let streamKeys: [[UInt8]]
     let poolKey: [UInt8]
@@ -196,6 +198,7 @@ final class RawSamePutsFixture: WriteFixture {
         index = try environment.openDatabase("index")
         streams = try environment.openDatabase("streams")
         records = try environment.openDatabase("records")
+        recordsBySyncCount = try environment.openDatabase("records-by-sync-count")
         datasets = try environment.openDatabase("datasets")
         pools = try environment.openDatabase("pools")
         poolKey = Array(BenchmarkNames.pool.utf8)
@@ -244,6 +247,10 @@ final class RawSamePutsFixture: WriteFixture {
         try txn.put(index, key: id + offset, value: sequence)
         try txn.put(streams, key: streamKeys[stream], value: id + offset + hash)
         try txn.put(records, key: id + Array(BenchmarkNames.recordKey.utf8), value: recordState)
+        if state.offsets[stream] > 1 {
+            try txn.delete(recordsBySyncCount, key: id + bigEndianBytes(state.offsets[stream] - 1) + Array(BenchmarkNames.recordKey.utf8))
+        }
+        try txn.put(recordsBySyncCount, key: id + offset + Array(BenchmarkNames.recordKey.utf8), value: [])
         try txn.put(datasets, key: id, value: datasetState)
         try txn.put(pools, key: poolKey, value: poolState)
     }

@@ -100,9 +100,7 @@ extension Ledger {
     /// Issues a sync session token for `stream`, valid for ``LedgerOptions/sessionLifetime``,
     /// and counts the session for its pool.
     func issueSessionToken(for stream: StreamName) -> String {
-        let now = options.clock()
-        let lifetime = options.sessionLifetime.components
-        let expires = now.milliseconds + lifetime.seconds * 1000 + lifetime.attoseconds / 1_000_000_000_000_000
+        let expires = options.clock().adding(options.sessionLifetime).milliseconds
         var w = ByteWriter(capacity: 96)
         w.byte(1)
         w.signed(expires)

@@ -114,4 +114,27 @@ extension Ledger {
         let token = sorted.count > maxResults ? SignedToken.sign(Array(sorted[maxResults - 1].utf8), kind: .poolsPage, key: tokenKey) : nil
         return (pools, token)
     }
+
+    /// The dataset's state and every record (removed ones included, in key order), as they are
+    /// now, read in one transaction without opening a sync session: what a tool that only
+    /// looks wants. Nil state: the dataset was never written.
+    public func snapshot(_ stream: StreamName) throws -> (dataset: DatasetState?, records: [Record]) {
+        try read { txn in
+            guard let head = try head(txn, stream) else { return (nil, []) }
+            let prefix = [UInt8].bigEndian(head.id)
+            var records: [Record] = []
+            try txn.withCursor(schema.records) { cursor in
+                var pair = try cursor.seek(atLeast: prefix)
+                while let current = pair, current.key.starts(with: prefix) {
+                    let (key, state): (String, RecordState)
+                    do { (key, state) = try Schema.decodeRecord(key: current.key, value: current.value) } catch {
+                        throw LedgerError(.corruptData, "a record does not decode: \(error)", stream: stream)
+                    }
+                    records.append(Record(key: key, state: state))
+                    pair = try cursor.next()
+                }
+            }
+            return (try dataset(txn, id: head.id, stream: stream), records)
+        }
+    }
 }

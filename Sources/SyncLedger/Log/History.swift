@@ -8,8 +8,10 @@ public struct KeyChange: Hashable, Sendable {
     public let sequence: UInt64
     /// Server time.
     public let time: Timestamp
-    /// Who made it.
+    /// Who made it: the authenticated caller.
     public let author: String
+    /// The device it was made from, when the entry names one.
+    public let device: String?
     /// The event (a put or remove of the key, or the dataset's delete).
     public let event: Event
 }
@@ -67,7 +69,7 @@ extension Ledger {
     public func history(of key: String, in stream: StreamName, from start: UInt64 = 1, _ body: (KeyChange) throws -> Bool) throws {
         try forEachEntry(in: stream, from: start) { entry in
             for event in entry.events where event.key.map({ $0.utf8.elementsEqual(key.utf8) }) == true || event == .deleteDataset {
-                guard try body(KeyChange(offset: entry.offset, sequence: entry.sequence, time: entry.time, author: entry.author, event: event)) else { return false }
+                guard try body(KeyChange(offset: entry.offset, sequence: entry.sequence, time: entry.time, author: entry.author, device: entry.device, event: event)) else { return false }
             }
             return true
         }

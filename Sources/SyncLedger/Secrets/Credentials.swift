@@ -65,7 +65,7 @@ public struct Credential: Sendable, Hashable, Codable {
         let secret = String((0..<40).map { _ in secretAlphabet.randomElement(using: &rng)! })
         let token = withSessionToken ? String((0..<64).map { _ in secretAlphabet.randomElement(using: &rng)! }) : nil
         let life = lifetime ?? (withSessionToken ? defaultTemporaryLifetime : nil)
-        let expires = life.map { Timestamp(milliseconds: now.milliseconds + $0.milliseconds) }
+        let expires = life.map { now.adding($0) }
         return Credential(accessKeyID: id, secretAccessKey: secret, sessionToken: token, scope: scope, created: now, expires: expires)
     }
 
@@ -73,6 +73,14 @@ public struct Credential: Sendable, Hashable, Codable {
     /// `[\w]+` pattern, as AWS generates them).
     public static func isValidAccessKeyID(_ id: String) -> Bool {
         (16...128).contains(id.utf8.count) && id.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x5F }
+    }
+}
+
+extension Timestamp {
+    /// This time moved by `duration`, saturating at the ends of time rather than trapping.
+    public func adding(_ duration: Duration) -> Timestamp {
+        let (sum, overflow) = milliseconds.addingReportingOverflow(duration.milliseconds)
+        return Timestamp(milliseconds: overflow ? (duration > .zero ? .max : .min) : sum)
     }
 }
 

@@ -133,7 +133,7 @@ public final class SecretStore: Sendable {
             let fresh = Credential.generate(scope: old.scope, withSessionToken: old.sessionToken != nil, lifetime: lifetime, now: now)
             try txn.put(credentials, key: Array(fresh.accessKeyID.utf8), value: Self.encode(fresh))
             if grace > .zero {
-                let until = Timestamp(milliseconds: now.milliseconds + grace.milliseconds)
+                let until = now.adding(grace)
                 try txn.put(credentials, key: Array(accessKeyID.utf8), value: Self.encode(old.expiring(at: min(until, old.expires ?? until))))
             } else {
                 try txn.delete(credentials, key: Array(accessKeyID.utf8))
@@ -180,23 +180,13 @@ public final class SecretStore: Sendable {
 }
 
 /// Creates `path` (and its parents) if missing, and makes it private to the owner (0700).
-/// - Throws: ``LedgerError`` `.storage` saying what could not be made and why.
+/// - Throws: ``LedgerError`` `.storage` saying what could not be made, where and why.
 func makePrivateDirectory(_ path: String, what: String) throws {
-    let fm = FileManager.default
-    var isDirectory: ObjCBool = false
-    if fm.fileExists(atPath: path, isDirectory: &isDirectory) {
-        guard isDirectory.boolValue else {
-            throw LedgerError(.storage, "\(what) \(path) is a file, not a directory")
-        }
-    } else {
-        do {
-            try fm.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw LedgerError(.storage, "cannot create \(what) \(path): \(describeFileError(error))", underlying: error)
-        }
+    do { try PrivateFiles.makeDirectories(path) } catch {
+        throw LedgerError(.storage, "cannot create \(what) \(path): \(error.description)", underlying: error)
     }
     // Tighten a folder made by an older version (or by hand); not an error when it is not ours.
-    try? fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: path)
+    try? FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: path)
 }
 
 /// A file error as one line a person can act on (Foundation's own descriptions name internal

@@ -32,15 +32,8 @@ enum Startup {
     /// server on the same directory refuses to start. Commands such as `credentials create`
     /// or `export` do not take it and work beside a running server.
     static func lockDataDirectory(_ directory: String) throws -> FileLock {
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory) {
-            guard isDirectory.boolValue else { throw StartupError("the data directory \(directory) is a file, not a directory") }
-        } else {
-            do {
-                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            } catch {
-                throw StartupError("cannot create the data directory \(directory): \(describeFileError(error))")
-            }
+        do { try PrivateFiles.makeDirectories(directory) } catch {
+            throw StartupError("cannot create the data directory \(directory): \(error.description)")
         }
         let path = (directory as NSString).appendingPathComponent(lockFileName)
         do {
