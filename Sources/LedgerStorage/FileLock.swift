@@ -11,7 +11,7 @@ import Darwin
 /// file holds the holder's process id, so the one refused can say who has it.
 public final class FileLock: @unchecked Sendable {
     // @unchecked Sendable: the descriptor is set once in init and only closed in unlock/deinit,
-    // which take `lock`.
+    // which take `mutex` (exclusively).
     private var descriptor: Int32
     private let mutex = ReadersWriterLock()
 

@@ -87,9 +87,11 @@ struct CognitoAPI: Sendable {
             throw WireError.unknownOperation("no Cognito Sync operation is \(request.method) \(request.rawPath.prefix(200))")
         }
         operation = route.operation.rawValue
-        identity = route.identity
         let credential = try authenticator.authenticate(request, queryPairs: query)
         try authorize(credential, route)
+        // Named in logs only once authenticated, and only when it is a valid id (a path segment
+        // could carry any text, line breaks included).
+        identity = route.identity.flatMap { try? IdentityID($0) }?.rawValue
         if let leader = followedLeader, !route.operation.isRead {
             throw WireError.notAuthorized("this server is a read-only follower of \(leader); send \(route.operation.rawValue) to the leader")
         }
@@ -229,6 +231,7 @@ struct CognitoAPI: Sendable {
             return .json(w)
         case .listIdentityPoolUsage:
             let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 60)
+            // Admin only; it reads the pools' names (one row each) before paging.
             let page = try await ledger.listPools(maxResults: max, nextToken: queryValue(query, "nextToken"))
             var w = JSONWriter()
             w.beginObject()

@@ -11,8 +11,10 @@ public let segmentContentType = "application/vnd.syncledger.segment"
 ///   after an offset (its identity, at most 1 MiB a pull; or admin, at most 64 MiB).
 /// - `POST /segments` — merge the posted segment with its entries kept as sent: replication,
 ///   admin only. Answers `{"Applied": n, "Skipped": m}`.
-/// - `POST /segments?mode=offline[&partial=true][&deviceId=ID]` — a device's offline changes
-///   (a stream segment built on its last synced state), from that stream's identity or admin.
+/// - `POST /segments?mode=offline&syncSessionToken=T[&partial=true][&deviceId=ID]` — a device's
+///   offline changes (a stream segment built on its last synced state, at most 1,024 entries),
+///   from that stream's identity or admin, with a sync session token from ListRecords as
+///   UpdateRecords needs.
 ///   Only the changes are taken: the server writes its own entries through the same rules as
 ///   UpdateRecords, with the Cognito rule per record: 409 ResourceConflictException when a key
 ///   moved on (all or nothing), or with `partial=true` the other keys are written and the
@@ -77,9 +79,9 @@ extension CognitoAPI {
                     if offline {
                         guard case .stream(let stream) = header.scope else { throw WireError.invalidParameter("offline changes come as a stream segment, not a feed segment") }
                         try requireStream(stream)
-                    }
-                    guard header.uncompressedSize <= cap else {
-                        throw WireError.invalidParameter("the segment declares \(header.uncompressedSize) uncompressed bytes; this caller may post at most \(cap)")
+                        guard header.count <= UInt64(Ledger.maxOfflineEntries) else {
+                            throw WireError(LedgerError(.limitExceeded, "offline changes come in at most \(Ledger.maxOfflineEntries) entries, not \(header.count)", stream: stream))
+                        }
                     }
                 }
             }
@@ -89,7 +91,8 @@ extension CognitoAPI {
                 w.beginObject(); w.member("Applied", int: report.applied); w.member("Skipped", int: report.skipped); w.endObject()
                 return (.json(w), "MergeSegment", nil)
             }
-            let report = try await ledger.mergeOffline(segment, deviceID: value("deviceId"), caller: caller(credential), partial: value("partial") == "true")
+            let report = try await ledger.mergeOffline(segment, deviceID: value("deviceId"), caller: caller(credential),
+                                                       sessionToken: value("syncSessionToken"), partial: value("partial") == "true")
             return (.json(offlineReport(report)), "MergeOfflineSegment", stream.identity.rawValue)
         default:
             throw WireError.unknownOperation("no segment operation is \(request.method) \(request.rawPath.prefix(200))")

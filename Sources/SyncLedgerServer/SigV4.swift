@@ -49,7 +49,9 @@ public enum SigV4 {
         var bytes = Array(text.utf8)[...]
         while let b = bytes.popFirst() {
             if b == UInt8(ascii: "%") {
-                guard bytes.count >= 2, let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) else { return nil }
+                // Exactly two hex digits (UInt8(_:radix:) alone would take a sign: "%+1").
+                guard bytes.count >= 2, bytes.prefix(2).allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x66) }),
+                      let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) else { return nil }
                 out.append(v)
                 bytes = bytes.dropFirst(2)
             } else {

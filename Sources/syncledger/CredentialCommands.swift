@@ -21,6 +21,7 @@ struct Credentials: AsyncParsableCommand {
             abstract: "Mint a credential that reaches one identity's datasets and devices; prints JSON.",
             discussion: "Makes the ledger when the data directory holds none, so that credentials can be minted before the server's first start.")
         @Option(name: .long, help: "The data directory (made, with an empty ledger, when missing).") var data = "syncledger-data"
+        @Option(name: .long, help: "Where the secrets live (default DATA/secrets, or $SYNCLEDGER_SECRETS).") var secrets: String?
         @Option(name: .customLong("identity-pool-id"), help: "The identity pool.") var pool: String
         @Option(name: .customLong("identity-id"), help: "The identity.") var identity: String
         @Flag(help: "A temporary credential: requests must carry its session token, and it expires (see --duration).") var sessionToken = false
@@ -41,7 +42,9 @@ struct Credentials: AsyncParsableCommand {
         func run() async throws {
             let poolID = try IdentityPoolID(pool)
             let identityID = try IdentityID(identity)
-            let ledger = try openLedger(at: data, options: LedgerOptions(), create: true)
+            var options = LedgerOptions()
+            options.secretsDirectory = secretsDirectory(secrets)
+            let ledger = try openLedger(at: data, options: options, create: true)
             defer { ledger.close() }
             let credential = Credential.generate(scope: .identity(pool: poolID.rawValue, identity: identityID.rawValue),
                                                  withSessionToken: sessionToken, lifetime: duration.map { .seconds($0) })

@@ -8,7 +8,8 @@ enum ISOTime {
     static func format(_ time: Timestamp) -> String {
         let ms = time.milliseconds
         let days = floorDiv(ms, 86_400_000)
-        var rest = ms - days * 86_400_000
+        var rest = ms % 86_400_000  // the remainder on its own: days * 86_400_000 can overflow at the ends of time
+        if rest < 0 { rest += 86_400_000 }
         let (year, month, day) = civil(fromDays: days)
         let hour = rest / 3_600_000
         rest -= hour * 3_600_000

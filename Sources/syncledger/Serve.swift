@@ -17,7 +17,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds a request body may take to arrive after its head.") var bodyTimeout = 60.0
     @Option(help: "PEM certificate chain to serve HTTPS with (give --tls-key too).") var tlsCert: String?
     @Option(help: "PEM private key of --tls-cert.") var tlsKey: String?
-    @Option(help: "Sync session lifetime in seconds.") var sessionLifetime = 600
+    @Option(help: "Sync session lifetime in seconds (1-86400).") var sessionLifetime = 600
     @Option(help: "An AWS region requests may be signed for; repeat for several (default us-east-1).") var region: [String] = []
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
@@ -25,6 +25,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds the leader may hold a follower's pull that finds nothing new (0-30).") var followWait = 20.0
 
     func validate() throws {
+        guard (1...86_400).contains(sessionLifetime) else {
+            throw ValidationError("--session-lifetime must be 1 to 86400 seconds, not \(sessionLifetime)")
+        }
         do { try makeConfiguration().validate() } catch let error as StartupError {
             throw ValidationError(error.message)
         }
@@ -44,6 +47,7 @@ struct Serve: AsyncParsableCommand {
         config.tlsCertificate = tlsCert
         config.tlsKey = tlsKey
         config.ledger.durable = !data.fast
+        config.ledger.secretsDirectory = secretsDirectory(data.secrets)
         config.ledger.sessionLifetime = .seconds(sessionLifetime)
         config.bulkPublishMinimum = Self.duration(bulkPublishMinSeconds)
         if !region.isEmpty { config.regions = region }

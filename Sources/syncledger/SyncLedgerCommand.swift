@@ -58,12 +58,26 @@ struct DataOptions: ParsableArguments {
     @Flag(name: .long, help: "Skip fsync on commit (faster; a power cut may lose the last writes).")
     var fast = false
 
-    /// Opens the ledger; `create`: make one when the directory holds none (and say so).
-    func open(create: Bool) throws -> Ledger {
+    @Option(name: .long, help: "Where the secrets live (default DATA/secrets, or $SYNCLEDGER_SECRETS): keep them out of backups of the data.")
+    var secrets: String?
+
+    /// The ledger's options from these flags.
+    var options: LedgerOptions {
         var options = LedgerOptions()
         options.durable = !fast
-        return try openLedger(at: data, options: options, create: create)
+        options.secretsDirectory = secretsDirectory(secrets)
+        return options
     }
+
+    /// Opens the ledger; `create`: make one when the directory holds none (and say so).
+    func open(create: Bool) throws -> Ledger {
+        try openLedger(at: data, options: options, create: create)
+    }
+}
+
+/// `--secrets`, else `$SYNCLEDGER_SECRETS`, else nil (the data directory's own `secrets`).
+func secretsDirectory(_ flag: String?) -> String? {
+    flag ?? ProcessInfo.processInfo.environment["SYNCLEDGER_SECRETS"].flatMap { $0.isEmpty ? nil : $0 }
 }
 
 /// Where the data lives, for commands that do not append to the log: `--data`.
@@ -71,9 +85,16 @@ struct DataDirectory: ParsableArguments {
     @Option(name: .long, help: "The data directory (it must hold a ledger).")
     var data: String = "syncledger-data"
 
-    /// Opens the ledger; `create`: make one when the directory holds none (and say so).
+    @Option(name: .long, help: "Where the secrets live (default DATA/secrets, or $SYNCLEDGER_SECRETS).")
+    var secrets: String?
+
+    /// Opens the ledger; `create`: make one when the directory holds none (and say so). A
+    /// directory of an older format is refused, not migrated, unless the command creates.
     func open(create: Bool = false) throws -> Ledger {
-        try openLedger(at: data, options: LedgerOptions(), create: create)
+        var options = LedgerOptions()
+        options.secretsDirectory = secretsDirectory(secrets)
+        options.migrate = create
+        return try openLedger(at: data, options: options, create: create)
     }
 }
 

@@ -13,7 +13,7 @@ struct Verify: AsyncParsableCommand {
     @Option(help: .hidden) var progressAfter = 1.0
 
     func validate() throws {
-        guard progressAfter.isFinite, progressAfter >= 0 else { throw ValidationError("--progress-after must be 0 or more seconds") }
+        guard progressAfter.isFinite, (0...86_400).contains(progressAfter) else { throw ValidationError("--progress-after must be 0 to 86400 seconds") }
     }
 
     func run() async throws {

@@ -56,6 +56,9 @@ extension Ledger {
         return try await updateRecords(stream, patches: patches, deviceID: device, sessionToken: page.syncSessionToken)
     }
 
+    /// A fresh sync session token for `stream` (what a device gets from ListRecords).
+    public func token(_ stream: StreamName) throws -> String { try listRecords(stream).syncSessionToken }
+
     /// The live records as a dictionary.
     public func values(_ stream: StreamName) throws -> [String: String] {
         Dictionary(uniqueKeysWithValues: try allRecords(stream).records.compactMap { r in r.value.map { (r.key, $0) } })

@@ -22,7 +22,7 @@ import SyncLedgerTestSupport
             try await device.put(s, ["b": "offline"], device: "phone")   // device 3
             try await device.put(s, ["d": "new"], device: "phone")       // device 4
             let offline = try #require(try device.streamSegment(s, after: 2))
-            let report = try await server.mergeOffline(offline, deviceID: "phone")
+            let report = try await server.mergeOffline(offline, deviceID: "phone", sessionToken: try server.token(s))
             #expect(report.fastForward && report.conflicts.isEmpty && report.syncCount == 4)
             #expect(Set(report.applied.map(\.key)) == ["b", "d"])
             // One server entry per device entry, with the device's changes — but the server's
@@ -44,7 +44,7 @@ import SyncLedgerTestSupport
             try await server.put(s, ["a": "server"])                     // server 3: a moved on
             try await device.put(s, ["a": "offline", "b": "offline"])    // device 3
             let offline = try #require(try device.streamSegment(s, after: 2))
-            let error = await expectLedgerError(.conflict) { _ = try await server.mergeOffline(offline, deviceID: "phone") }
+            let error = await expectLedgerError(.conflict) { _ = try await server.mergeOffline(offline, deviceID: "phone", sessionToken: try server.token(s)) }
             #expect(error?.conflicts == [LedgerError.Conflict(key: "a", expected: 2, actual: 3)])
             #expect(try server.describeDataset(s).syncCount == 3)
             #expect(try server.values(s) == ["a": "server", "b": "1", "c": "1"])
@@ -57,7 +57,7 @@ import SyncLedgerTestSupport
             try await device.put(s, ["a": "offline", "b": "offline"], device: "phone")  // device 3
             try await device.put(s, ["c": nil], device: "phone")                    // device 4: remove c
             let offline = try #require(try device.streamSegment(s, after: 2))
-            let report = try await server.mergeOffline(offline, deviceID: "phone", partial: true)
+            let report = try await server.mergeOffline(offline, deviceID: "phone", sessionToken: try server.token(s), partial: true)
             #expect(!report.fastForward)
             #expect(report.conflicts.map(\.key) == ["a"])
             #expect(Set(report.applied.map(\.key)) == ["b", "c"] && report.syncCount == 4)
@@ -68,7 +68,7 @@ import SyncLedgerTestSupport
             // Everything in conflict: nothing to write, even with partial.
             try await server.put(s, ["b": "server"])
             let again = try #require(try device.streamSegment(s, after: 3))
-            await expectLedgerError(.conflict) { _ = try await server.mergeOffline(again, deviceID: "phone", partial: true) }
+            await expectLedgerError(.conflict) { _ = try await server.mergeOffline(again, deviceID: "phone", sessionToken: try server.token(s), partial: true) }
         }
     }
 
@@ -77,7 +77,7 @@ import SyncLedgerTestSupport
             try await server.put(s, ["a": "server"])
             try await device.deleteDataset(s)
             let offline = try #require(try device.streamSegment(s, after: 2))
-            await expectLedgerError(.conflict) { _ = try await server.mergeOffline(offline, deviceID: "phone", partial: true) }
+            await expectLedgerError(.conflict) { _ = try await server.mergeOffline(offline, deviceID: "phone", sessionToken: try server.token(s), partial: true) }
             #expect(try server.describeDataset(s).numRecords == 3)
         }
     }

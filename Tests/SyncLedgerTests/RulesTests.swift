@@ -27,13 +27,13 @@ import SyncLedgerTestSupport
         options.limits.maxRecordsPerDataset = 3
         // The device has no such limits; the server must apply its own to what it takes.
         try await offline(options, { device, s in try await device.put(s, ["a-key-too-long": "x"]) }, then: { server, segment, s in
-            let error = await expectLedgerError(.invalidParameter) { _ = try await server.mergeOffline(segment, deviceID: "phone") }
+            let error = await expectLedgerError(.invalidParameter) { _ = try await server.mergeOffline(segment, deviceID: "phone", sessionToken: try server.token(s)) }
             #expect(error?.message.contains("a-key-too-long") == true)
             let count = try server.describeDataset(s).syncCount
             #expect(count == 1)
         })
         try await offline(options, { device, s in try await device.put(s, ["v": String(repeating: "x", count: 17)]) }, then: { server, segment, s in
-            await expectLedgerError(.limitExceeded) { _ = try await server.mergeOffline(segment, deviceID: "phone") }
+            await expectLedgerError(.limitExceeded) { _ = try await server.mergeOffline(segment, deviceID: "phone", sessionToken: try server.token(s)) }
             let count = try server.describeDataset(s).syncCount
             #expect(count == 1)
         })
@@ -41,7 +41,7 @@ import SyncLedgerTestSupport
             try await device.put(s, ["b": "1", "c": "1"])
             try await device.put(s, ["d": "1"])   // a fourth record: over the server's limit of 3
         }, then: { server, segment, s in
-            await expectLedgerError(.limitExceeded) { _ = try await server.mergeOffline(segment, deviceID: "phone") }
+            await expectLedgerError(.limitExceeded) { _ = try await server.mergeOffline(segment, deviceID: "phone", sessionToken: try server.token(s)) }
             let (count, values) = (try server.describeDataset(s).syncCount, try server.values(s))
             #expect(count == 1, "all or nothing: the first entry is not kept either")
             #expect(values == ["a": "1"])
@@ -53,7 +53,7 @@ import SyncLedgerTestSupport
         var options = LedgerOptions()
         options.clock = clock.read
         try await offline(options, { device, s in try await device.put(s, ["b": "2"], device: "forged-author") }, then: { server, segment, s in
-            let report = try await server.mergeOffline(segment, deviceID: "phone", caller: "test:1")
+            let report = try await server.mergeOffline(segment, deviceID: "phone", caller: "test:1", sessionToken: try server.token(s))
             #expect(report.fastForward)
             let entry = try #require(try server.entries(in: s).last)
             #expect(entry.author == "test:1" && entry.device == "phone")
@@ -168,6 +168,67 @@ import SyncLedgerTestSupport
             #expect(try ledger.dataset(s, asOfSyncCount: .max).liveRecords == ["a": "1"])
             #expect(Timestamp(milliseconds: .max).description.isEmpty == false)
             #expect(Timestamp(milliseconds: .min).description.isEmpty == false)
+        }
+    }
+
+    @Test func emptyAndDeleteOnlyEntriesCannotMakeDatasets() async throws {
+        var options = LedgerOptions()
+        options.limits.maxDatasetNamesPerIdentity = 2
+        try await withLedger(options) { server in
+            try await withLedger { device in
+                // A device's entries with no event, or only a delete, for datasets that do not exist.
+                for name in ["e1", "e2", "e3"] {
+                    let s = stream(name)
+                    try await device.write { txn in
+                        _ = try device.append(txn, to: s, author: "device", events: [])
+                    }
+                    let segment = try #require(try device.streamSegment(s, after: 0))
+                    await expectLedgerError(.invalidParameter) { _ = try await server.mergeOffline(segment, sessionToken: try server.token(s)) }
+                }
+                let d = stream("d1")
+                try await device.write { txn in
+                    _ = try device.append(txn, to: d, author: "device", events: [.deleteDataset])
+                }
+                let deleteOnly = try #require(try device.streamSegment(d, after: 0))
+                await expectLedgerError(.notFound) { _ = try await server.mergeOffline(deleteOnly, sessionToken: try server.token(d)) }
+                #expect(try server.streams().isEmpty, "no stream was made")
+            }
+        }
+    }
+
+    @Test func offlineMergesNeedASessionTokenAndConflictWithALaterDelete() async throws {
+        try await offline(LedgerOptions(), { device, s in try await device.put(s, ["b": "offline"]) }, then: { server, segment, s in
+            await expectLedgerError(.invalidSessionToken) { _ = try await server.mergeOffline(segment, sessionToken: nil) }
+            // The server deletes the dataset and writes it again after the device's base.
+            try await server.deleteDataset(s)
+            try await server.put(s, ["c": "new"])
+            let error = await expectLedgerError(.conflict) { _ = try await server.mergeOffline(segment, sessionToken: try server.token(s), partial: true) }
+            #expect(error?.message.contains("deleted") == true)
+            #expect(try server.values(s) == ["c": "new"], "the device's stale edit did not come back")
+        })
+    }
+
+    @Test func markerKeysAreBoundedInBytes() async throws {
+        var options = LedgerOptions()
+        options.limits.maxTombstoneBytesPerDataset = 100
+        try await withLedger(options) { ledger in
+            let s = stream()
+            try await ledger.put(s, [String(repeating: "k", count: 90): nil])
+            await expectLedgerError(.limitExceeded) { try await ledger.put(s, [String(repeating: "j", count: 20): nil]) }
+            try await ledger.put(s, [String(repeating: "k", count: 90): "back"])  // frees the marker
+            try await ledger.put(s, [String(repeating: "j", count: 20): nil])
+            #expect(try ledger.verify().isValid)
+        }
+    }
+
+    @Test func deviceTimesAreBounded() async throws {
+        try await withLedger { ledger in
+            let s = stream()
+            let token = try ledger.token(s)
+            let far = Timestamp(milliseconds: .min)
+            await expectLedgerError(.invalidParameter) {
+                _ = try await ledger.updateRecords(s, patches: [RecordPatch(op: .replace, key: "k", value: "v", syncCount: 0, deviceModified: far)], sessionToken: token)
+            }
         }
     }
 }

@@ -56,10 +56,52 @@ import LedgerStorage
                 let tail = try #require(try source.streamSegment(s, after: 1))
                 await expectLedgerError(.invalidParameter) { try await server.merge(tail) }
                 #expect(try server.describeDataset(s).syncCount == 1)
-                // Within one segment, the decoder refuses it already.
-                #expect(throws: LedgerError.self) { _ = try Segment.decode(try #require(try source.streamSegment(s, after: 0)).encoded()) }
+                // Within one segment too, into a ledger that has none of it: refused whole.
+                try await withLedger { fresh in
+                    let whole = try #require(try source.streamSegment(s, after: 0))
+                    await expectLedgerError(.invalidParameter) { try await fresh.merge(whole) }
+                    #expect(try fresh.streams().isEmpty, "nothing was applied")
+                }
             }
         }
+    }
+}
+
+extension TimeTests {
+    @Test func aMigratedLedgerWithBackwardTimesStillVerifies() async throws {
+        // Format 1 did not clamp: a clock step back left an entry older than its predecessor.
+        let clock = TestClock()
+        var options = LedgerOptions()
+        options.clock = clock.read
+        let dir = temporaryPath("legacy-times")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let s = stream()
+        do {
+            let ledger = try Ledger(directory: dir, options: options)
+            defer { ledger.close() }
+            try await ledger.put(s, ["a": "1"])
+            clock.advance(seconds: -60)
+            // What format 1 wrote: an entry 60 s older than its predecessor.
+            try await ledger.write { txn in
+                let head = try #require(try ledger.head(txn, s))
+                let events: [Event] = [.put(key: "a", value: "2", deviceModified: nil)]
+                let body = LogEntry.encodeBody(offset: 2, time: clock.read(), author: "old", events: events)
+                let entry = LogEntry(stream: s, offset: 2, sequence: try ledger.nextSequence(txn), time: clock.read(), author: "old", events: events,
+                                     hash: LogEntry.chainHash(previous: head.hash, stream: s, body: body))
+                var view = try StoredDatasetView(txn: txn, schema: ledger.schema, stream: s, streamID: head.id)
+                try apply(entry, to: &view)
+                try ledger.store(txn, entry, body: body, streamID: head.id, newStream: false, view: view)
+                try txn.put(ledger.schema.meta, key: Array("format".utf8), value: .bigEndian(1))
+            }
+            #expect(try ledger.verify().problem?.message.contains("time goes backwards") == true)
+        }
+        let migrated = try Ledger(directory: dir, options: options)
+        defer { migrated.close() }
+        let report = try migrated.verify()
+        #expect(report.isValid, "entries written before the rule are exempt; the pool's last-modified has one definition: \(report)")
+        clock.advance(seconds: 1)
+        try await migrated.put(s, ["a": "3"])  // written now: clamped to its predecessor
+        #expect(try migrated.verify().isValid)
     }
 }
 

@@ -943,6 +943,9 @@ def valid_segment_request(ctx, rng, op):
         ctx.forget_head(dataset)
     if op == "PostOfflineSegment":
         request.query = [("mode", "offline")]
+        # Offline merges need a sync session token, as UpdateRecords does (mutations drop it).
+        token = ctx.token(request.segment[1]["dataset"], rng)[0] if request.segment[0] == "stream" else "no-token"
+        request.query.append(("syncSessionToken", token))
         if rng.random() < 0.5:
             request.query.append(("partial", rng.choice(["true", "false"])))
         if rng.random() < 0.6:
@@ -1817,7 +1820,8 @@ class Fuzzer:
             request.segment = ("stream", dict(key=stream_key(self.ctx.pool, self.ctx.identity, "prefs"), previous=head,
                                               entries=new_entries(rng, offset + 1, 1), dataset="prefs"))
             request.body = render_segment(request.segment)
-            request.query = [("mode", "offline")] if op == "PostOfflineSegment" else []
+            request.query = [("mode", "offline"), ("syncSessionToken", self.ctx.refresh_token("prefs")[0])] \
+                if op == "PostOfflineSegment" else []
         response = self.exchange(request, request.cred, where=f"seed {self.seed} baseline")
         with self.lock:
             self.count += 1

@@ -143,7 +143,10 @@ def test_offline_changes_merge_with_the_cognito_rule(tmp_root, server, admin):
         offline = device.raw("GET", path, query="after=1").content
         cred = server.mint(pool, identity)
         as_identity = dict(key=cred["AccessKeyId"], secret=cred["SecretAccessKey"])
-        merged = server.raw("POST", "/segments", body=offline, query="mode=offline&deviceId=phone", **as_identity)
+        token = "syncSessionToken=" + d.token("prefs")
+        # Without a sync session token it is refused, as UpdateRecords is.
+        assert server.raw("POST", "/segments", body=offline, query="mode=offline", **as_identity).status_code == 400
+        merged = server.raw("POST", "/segments", body=offline, query="mode=offline&deviceId=phone&" + token, **as_identity)
         assert merged.status_code == 200, merged.text
         body = merged.json()
         assert body["FastForward"] is True and body["DatasetSyncCount"] == 2 and body["Conflicts"] == []
@@ -153,18 +156,18 @@ def test_offline_changes_merge_with_the_cognito_rule(tmp_root, server, admin):
         d.put("prefs", {"a": "server"})                                    # server @3
         dev.put("prefs", {"a": "offline", "b": "offline-2"})               # device @3
         offline = device.raw("GET", path, query="after=2").content
-        refused = server.raw("POST", "/segments", body=offline, query="mode=offline", **as_identity)
+        refused = server.raw("POST", "/segments", body=offline, query="mode=offline&" + token, **as_identity)
         assert refused.status_code == 409
         assert refused.headers["x-amzn-ErrorType"] == "ResourceConflictException"
         assert '"a"' in refused.json()["message"]
         assert d.describe("prefs")["NumRecords"] == 2 and d.records("prefs")["a"] == ("server", 3)
-        partial = server.raw("POST", "/segments", body=offline, query="mode=offline&partial=true", **as_identity)
+        partial = server.raw("POST", "/segments", body=offline, query="mode=offline&partial=true&" + token, **as_identity)
         assert partial.status_code == 200, partial.text
         assert partial.json()["Conflicts"] == [{"Key": "a", "BaseSyncCount": 2, "SyncCount": 3}]
         assert d.records("prefs") == {"a": ("server", 3), "b": ("offline-2", 4)}
         # Another identity may not merge into this stream.
         other = server.mint(pool, new_id())
-        assert server.raw("POST", "/segments", body=offline, query="mode=offline",
+        assert server.raw("POST", "/segments", body=offline, query="mode=offline&" + token,
                           key=other["AccessKeyId"], secret=other["SecretAccessKey"]).status_code == 403
     finally:
         device.stop()

@@ -3,11 +3,13 @@ by their header before they cost anything, numbers at their limits, paths as sen
 real Cognito SDKs' sync loops need. Segments are built byte for byte here (fuzz_http's builder),
 so that a test can send what a hostile client would."""
 
+import json
 import os
+import subprocess
 import time
 
 import fuzz_http as fz
-from conftest import (Dataset, api_path, dataset_path, expect_error, expect_raw_error, new_id)
+from conftest import (BINARY, Dataset, api_path, dataset_path, expect_error, expect_raw_error, new_id, start_server)
 
 U64_MAX = "18446744073709551615"
 
@@ -21,6 +23,11 @@ def offline_segment(pool, identity, dataset, entries, previous=None, frame=None,
     header, _ = fz.build_segment(entries, 1, key=fz.stream_key(pool, identity, dataset), previous=previous, frame=frame,
                                  header_overrides=overrides)
     return header.encode()
+
+
+def session(admin, pool, identity, dataset):
+    """`syncSessionToken=…` for that dataset, from ListRecords (offline merges need one)."""
+    return "syncSessionToken=" + admin.list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName=dataset)["SyncSessionToken"]
 
 
 def identity_credential(server, pool, identity):
@@ -74,7 +81,7 @@ def test_an_offline_merge_takes_changes_not_entries(server, admin, pool, identit
     forged = [fz.EntrySpec(offset=1, time=1, author="someone-else", device="not-me",
                            events=[("put", "k", "v")])]
     merged = server.raw("POST", "/segments", body=offline_segment(pool, identity, "d", forged),
-                        query="mode=offline&deviceId=phone", **as_identity)
+                        query="mode=offline&deviceId=phone&" + session(admin, pool, identity, "d"), **as_identity)
     assert merged.status_code == 200, merged.text
     assert merged.json()["FastForward"] is True
     record = Dataset(admin, pool, identity).list("d")["Records"][0]
@@ -85,13 +92,13 @@ def test_an_offline_merge_takes_changes_not_entries(server, admin, pool, identit
     head = server.raw("GET", stream_path(pool, identity, "d"), **as_identity)
     previous = fz.Header.parse(head.content).last
     over = server.raw("POST", "/segments", body=offline_segment(pool, identity, "d", many, previous=previous),
-                      query="mode=offline", **as_identity)
+                      query="mode=offline&" + session(admin, pool, identity, "d"), **as_identity)
     expect_raw_error(over, "LimitExceededException", 400)
     # A key over 1,024 characters, an empty key: the same refusals as UpdateRecords.
     for key, error in [("k" * 1025, "InvalidParameterException"), ("", "InvalidParameterException")]:
         bad = [fz.EntrySpec(offset=2, time=1, events=[("put", key, "v")])]
         expect_raw_error(server.raw("POST", "/segments", body=offline_segment(pool, identity, "d", bad, previous=previous),
-                                    query="mode=offline", **as_identity), error, 400)
+                                    query="mode=offline&" + session(admin, pool, identity, "d"), **as_identity), error, 400)
     assert Dataset(admin, pool, identity).list("d")["DatasetSyncCount"] == 1
 
 
@@ -178,3 +185,25 @@ def test_a_remove_with_an_empty_value_is_accepted(ds):
     out = ds.update("prefs", [{"Op": "remove", "Key": "theme", "Value": "", "SyncCount": 1}])
     assert out["Records"][0]["SyncCount"] == 2 and "Value" not in out["Records"][0]
     assert ds.records("prefs") == {"theme": (None, 2)}
+
+
+def test_secrets_can_live_outside_the_data_directory(tmp_root):
+    """`--secrets DIR` (or $SYNCLEDGER_SECRETS): a backup of the data directory then carries none."""
+    secrets = os.path.join(tmp_root, "elsewhere-secrets")
+    server = start_server(tmp_root, "secrets-apart", ["--fast", "--secrets", secrets])
+    try:
+        pool, identity = new_id(), new_id()
+        out = subprocess.run([BINARY, "credentials", "create", "--data", server.data_dir, "--secrets", secrets,
+                              "--identity-pool-id", pool, "--identity-id", identity], capture_output=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        cred = json.loads(out.stdout)
+        client = server.client(cred["AccessKeyId"], cred["SecretAccessKey"])
+        assert client.list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="d")["Records"] == []
+        assert not os.path.exists(os.path.join(server.data_dir, "secrets"))
+        assert os.stat(secrets).st_mode & 0o777 == 0o700
+        for name in os.listdir(server.data_dir):
+            with open(os.path.join(server.data_dir, name), "rb") as f:
+                assert cred["SecretAccessKey"].encode() not in f.read(), name
+    finally:
+        server.stop()
+

@@ -109,11 +109,11 @@ extension Ledger {
         try Self.requireUserIdentity(stream.identity)
         try checkSessionToken(sessionToken, for: stream)
         let origin = try ChangeOrigin(author: caller ?? stream.identity.rawValue, device: deviceID)
-        let change = try validateChange(try events(for: patches, stream: stream), for: stream, describe: { "patch \($0)" })
-        if change.events.isEmpty {
+        if patches.isEmpty {  // Cognito answers an empty update with no records and writes nothing
             let count = try read { txn in try head(txn, stream)?.offset ?? 0 }
             return UpdateResult(records: [], syncCount: count)
         }
+        let change = try validateChange(try events(for: patches, stream: stream), for: stream, describe: { "patch \($0)" })
         return try await write { [self] txn in
             let (entry, view) = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in
                 var conflicts: [LedgerError.Conflict] = []

@@ -30,13 +30,23 @@ public struct ChangeOrigin: Sendable, Hashable {
 public struct UserChange: Sendable, Hashable {
     /// The events, in order.
     public let events: [Event]
-    fileprivate init(events: [Event]) { self.events = events }
+    /// The stream they were checked for.
+    public let stream: StreamName
+    fileprivate init(events: [Event], stream: StreamName) {
+        self.events = events
+        self.stream = stream
+    }
 }
 
 extension Ledger {
+    /// The device times an event may carry: ±10^16 ms (some 300,000 years), what Cognito's
+    /// wire form (epoch seconds below 10^13) can express.
+    public static let deviceTimeRange: ClosedRange<Int64> = -10_000_000_000_000_000...10_000_000_000_000_000
+
     /// Checks `events` against the per-record rules: the identity is not SyncLedger's reserved
-    /// one; every key is 1 to ``Limits/maxKeyLength`` characters and appears once; every value
-    /// is at most ``Limits/maxValueLength`` characters.
+    /// one and the dataset name is not `.` or `..`; there is at least one event; every key is 1
+    /// to ``Limits/maxKeyLength`` characters and appears once; every value is at most
+    /// ``Limits/maxValueLength`` characters; every device time is in ``deviceTimeRange``.
     ///
     /// - Parameter describe: names event `i` in messages (e.g. "patch 3").
     /// - Throws: `.invalidParameter` or `.limitExceeded` naming the event and the rule.
@@ -45,6 +55,7 @@ extension Ledger {
         if stream.dataset.isDotSegment {
             throw LedgerError(.invalidParameter, "dataset name \(quoted(stream.dataset.rawValue)) is not allowed: \".\" and \"..\" are path dot segments", stream: stream)
         }
+        guard !events.isEmpty else { throw LedgerError(.invalidParameter, "a change needs at least one event", stream: stream) }
         let limits = options.limits
         var seen = Set<RecordKey>()  // byte-exact: canonically equivalent keys are different keys
         for (i, event) in events.enumerated() {
@@ -62,8 +73,11 @@ extension Ledger {
                     throw LedgerError(.limitExceeded, "\(describe(i)): the value of \(quoted(key)) has \(valueLength) characters; the limit is \(limits.maxValueLength)", stream: stream)
                 }
             }
+            if let device = event.deviceModified, !Self.deviceTimeRange.contains(device.milliseconds) {
+                throw LedgerError(.invalidParameter, "\(describe(i)): the device time of \(quoted(key)) is out of range (\(device.milliseconds) ms)", stream: stream)
+            }
         }
-        return UserChange(events: events)
+        return UserChange(events: events, stream: stream)
     }
 
     /// Appends a validated change to a user's dataset inside the writer's transaction: the one
@@ -76,15 +90,27 @@ extension Ledger {
     /// - Throws: `.limitExceeded`, or what `check` throws; nothing is written then.
     func appendUser(_ txn: Transaction, to stream: StreamName, origin: ChangeOrigin, change: UserChange,
                     check: (StoredDatasetView) throws -> [Event]? = { _ in nil }) throws -> (entry: LogEntry, view: StoredDatasetView) {
+        precondition(change.stream == stream, "a change is appended to the stream it was checked for")
         let limits = options.limits
         var events = change.events
         return try append(txn, to: stream, author: origin.author, device: origin.device, events: [], check: { view in
             if let subset = try check(view) { events = subset }
-            guard view.dataset == nil || view.dataset?.deleted == true, events.contains(where: { $0.key != nil }) else { return }
-            // The entry brings a dataset to life: the identity's counts apply.
-            let (live, names) = try datasetCounts(txn, pool: stream.pool, identity: stream.identity)
-            if live >= limits.maxDatasetsPerIdentity {
-                throw LedgerError(.limitExceeded, "identity \(stream.identity) already has \(live) datasets; the limit is \(limits.maxDatasetsPerIdentity)", stream: stream)
+            // A dataset delete needs a dataset to delete, at that point of the entry.
+            var live = view.dataset.map { !$0.deleted } ?? false
+            for event in events {
+                if event.key != nil {
+                    live = true
+                } else {
+                    guard live else { throw LedgerError(.notFound, "dataset \(stream.dataset) does not exist, so it cannot be deleted", stream: stream) }
+                    live = false
+                }
+            }
+            // A new dataset name, or a dataset brought back to life: the identity's counts apply.
+            let wasLive = view.dataset.map { !$0.deleted } ?? false
+            guard view.dataset == nil || (!wasLive && events.contains(where: { $0.key != nil })) else { return }
+            let (liveCount, names) = try datasetCounts(txn, pool: stream.pool, identity: stream.identity)
+            if liveCount >= limits.maxDatasetsPerIdentity {
+                throw LedgerError(.limitExceeded, "identity \(stream.identity) already has \(liveCount) datasets; the limit is \(limits.maxDatasetsPerIdentity)", stream: stream)
             }
             if view.dataset == nil, names >= limits.maxDatasetNamesPerIdentity {
                 throw LedgerError(.limitExceeded, "identity \(stream.identity) has used \(names) dataset names (deleted ones included); the limit is \(limits.maxDatasetNamesPerIdentity)", stream: stream)
@@ -101,6 +127,9 @@ extension Ledger {
             }
             if meta.tombstones > limits.maxTombstonesPerDataset, meta.tombstones > before?.tombstones ?? 0 {
                 throw LedgerError(.limitExceeded, "the dataset would keep \(meta.tombstones) removed-record markers; the limit is \(limits.maxTombstonesPerDataset) (deleting the dataset clears them)", stream: stream)
+            }
+            if meta.tombstoneBytes > limits.maxTombstoneBytesPerDataset, meta.tombstoneBytes > before?.tombstoneBytes ?? 0 {
+                throw LedgerError(.limitExceeded, "the dataset's removed-record markers would hold \(meta.tombstoneBytes) bytes of keys; the limit is \(limits.maxTombstoneBytesPerDataset) (deleting the dataset clears them)", stream: stream)
             }
         }, events: { events })
     }

@@ -35,6 +35,14 @@ public enum Event: Hashable, Sendable {
     /// Deletes the whole dataset: its records are gone; the stream and its offsets go on.
     case deleteDataset
 
+    /// The device's own time of the change, if it carries one.
+    public var deviceModified: Timestamp? {
+        switch self {
+        case .put(_, _, let device), .remove(_, let device): device
+        case .deleteDataset: nil
+        }
+    }
+
     /// The record key this event changes (nil for a dataset delete).
     public var key: String? {
         switch self {
@@ -129,6 +137,13 @@ public struct LogEntry: Hashable, Sendable {
         let version = try reader.byte()
         guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
         return try reader.varint()
+    }
+
+    /// The offset and time of a body, read without checking the rest of it.
+    static func peekOffsetAndTime(_ body: ArraySlice<UInt8>) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp) {
+        var reader = ByteReader(body)
+        let offset = try peekOffset(&reader)
+        return (offset, Timestamp(milliseconds: try reader.signed()))
     }
 
     /// Checks a body as ``decodeBody(_:)`` would decode it — the same checks, every string's

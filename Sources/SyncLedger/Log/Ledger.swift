@@ -37,6 +37,8 @@ public struct Limits: Sendable, Equatable {
     /// Removed-record markers (tombstones) one dataset keeps (default 10,240). Every removal
     /// leaves one, so that devices learn of it; deleting the dataset clears them.
     public var maxTombstonesPerDataset: UInt64 = 10_240
+    /// UTF-8 bytes of the keys of those markers (default 1 MB, as a dataset's own bytes).
+    public var maxTombstoneBytesPerDataset: UInt64 = 1_048_576
     /// Devices one identity may register (default 100).
     public var maxDevicesPerIdentity: Int = 100
     /// Dataset names one identity may use over its life, deleted datasets included (default
@@ -67,6 +69,10 @@ public struct LedgerOptions: Sendable {
     public var createIfMissing = true
     /// Where the secrets live (see ``SecretStore``); nil: `secrets` inside the data directory.
     public var secretsDirectory: String?
+    /// `true` (default): a directory written by an older format is migrated when opened.
+    /// `false`: it is refused with `.unsupportedFormat` — what read-only tools want, so that
+    /// looking at a directory beside an older server never changes it under that server.
+    public var migrate = true
 
     /// The defaults: durable, Cognito's limits, 10-minute sessions.
     public init() {}
@@ -128,7 +134,7 @@ public final class Ledger: Sendable {
             throw LedgerError(.storage, "cannot open the ledger in \(directory): \(error)", underlying: error)
         }
         let secrets = try SecretStore(directory: options.secretsDirectory ?? directory + "/secrets")
-        let (version, ledgerID) = try Self.prepare(env, schema, secrets, directory: directory)
+        let (version, ledgerID) = try Self.prepare(env, schema, secrets, directory: directory, options: options)
         self.environment = env
         self.schema = schema
         self.options = options
@@ -142,6 +148,8 @@ public final class Ledger: Sendable {
         if version < Schema.formatVersion {
             try writer.performBlocking { [self] txn in
                 try self.rebuildViews(txn)
+                // Format 1 did not keep time moving forward: its entries are exempt from the rule.
+                try txn.put(schema.meta, key: Schema.timeRuleFromKey, value: .bigEndian(try self.nextSequence(txn) - 1))
                 try txn.put(schema.meta, key: Array("format".utf8), value: .bigEndian(Schema.formatVersion))
             }
         }
@@ -150,8 +158,12 @@ public final class Ledger: Sendable {
     /// Checks the format version, moves a format-1 directory's secrets to `secrets`, and makes
     /// the ledger id. Returns the stored format version (the current one for a new ledger) and
     /// the id.
-    private static func prepare(_ env: Environment, _ schema: Schema, _ secrets: SecretStore, directory: String) throws -> (UInt64, String) {
+    private static func prepare(_ env: Environment, _ schema: Schema, _ secrets: SecretStore, directory: String, options: LedgerOptions) throws -> (UInt64, String) {
         let format = Array("format".utf8), legacyKey = Array("hmac-key".utf8), legacyAdmin = Array("admin-access-key".utf8)
+        if !options.migrate, let stored = try env.read({ try $0.get(schema.meta, key: format) }), stored.count == 8,
+           stored.bigEndianUInt64() < Schema.formatVersion {
+            throw LedgerError(.unsupportedFormat, "\(directory) was written by an older SyncLedger (format \(stored.bigEndianUInt64())); run a command that writes (serve, put, import) once to migrate it to format \(Schema.formatVersion)")
+        }
         // Secrets of a format-1 directory go to the secret store first (idempotent), then leave.
         let legacy = try env.read { txn -> (key: [UInt8]?, admin: [UInt8]?, credentials: [Cursor.Pair]) in
             let credentials = try txn.withCursor(schema.legacyCredentials) { cursor in
@@ -187,7 +199,8 @@ public final class Ledger: Sendable {
     }
 
     /// Finishes queued writes, stores the session counts and stops the writer. Later writes fail
-    /// with `.closed`. Called by deinit too.
+    /// with `.closed`. A ledger dropped without it stops its writer too (after the queued writes),
+    /// but sync sessions counted since the last store (up to 63 per pool) are not kept.
     public func close() {
         flushSessionCounts(wait: true)
         writer.close()

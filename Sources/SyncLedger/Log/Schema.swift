@@ -50,6 +50,10 @@ struct Schema: Sendable {
     /// The databases that hold views (rebuilt from the log).
     var views: [Database] { [records, datasets, recordsBySyncCount, pools] }
 
+    /// `meta` key: the commit sequence up to which the log predates the rule that time only
+    /// moves forward in a stream (entries written by format 1); absent: the whole log follows it.
+    static let timeRuleFromKey = Array("time-rule-from".utf8)
+
     /// Keys longer than this many UTF-8 bytes do not fit an LMDB key (511 bytes) whole.
     static let maxInlineKeyBytes = 400
 
@@ -169,7 +173,9 @@ struct StoredDatasetView: DatasetView {
     private(set) var changed: [RecordKey: RecordState] = [:]
     private var cleared = false
     /// The stored sync count of each record read before it changed (nil: absent), so that
-    /// ``flush()`` can move its `records-by-sync-count` row without reading it again.
+    /// ``flush()`` can move its `records-by-sync-count` row without reading it again. A class,
+    /// so that `record(_:)` stays non-mutating as ``DatasetView`` wants; copies of a view share
+    /// it, which is right because they read the same transaction's stored state.
     private let storedCounts = StoredCounts()
 
     private final class StoredCounts {

@@ -57,6 +57,8 @@ extension Ledger {
                 }
             }
             var after: [UInt8]?
+            var latestByPool: [String: Timestamp] = [:]
+            let timeRuleFrom = try read { txn in try txn.get(schema.meta, key: Schema.timeRuleFromKey)?.bigEndianUInt64() ?? 0 }
             while true {
                 let batch = try read { txn -> [(StreamName, UInt64)] in
                     var result: [(StreamName, UInt64)] = []
@@ -67,13 +69,17 @@ extension Ledger {
                     return result
                 }
                 for (stream, id) in batch {
-                    report.entries += try verifyStream(stream, id: id)
+                    let (count, latest) = try verifyStream(stream, id: id, timeRuleFrom: timeRuleFrom)
+                    report.entries += count
+                    if stream.identity != Ledger.systemIdentity, let latest {
+                        latestByPool[stream.pool.rawValue] = max(latestByPool[stream.pool.rawValue] ?? latest, latest)
+                    }
                     report.streams += 1
                 }
                 guard batch.count == 256, let last = batch.last else { break }
                 after = last.0.key + [0]
             }
-            try verifyPools()
+            try verifyPools(latest: latestByPool)
         } catch let failure as Failure {
             report.problem = failure.problem
         } catch let error as LedgerError where error.code == .corruptData {
@@ -103,11 +109,15 @@ extension Ledger {
     }
 
     /// Checks one stream; returns the number of entries checked.
-    private func verifyStream(_ stream: StreamName, id: UInt64) throws -> UInt64 {
+    /// Checks one stream; returns the number of entries checked and the latest entry time.
+    /// Time must not go backwards from entries after sequence `timeRuleFrom` on (a ledger
+    /// migrated from format 1 holds entries written before the rule).
+    private func verifyStream(_ stream: StreamName, id: UInt64, timeRuleFrom: UInt64) throws -> (UInt64, Timestamp?) {
         var view = MemoryDatasetView()
         var expected: UInt64 = 1
         var previous = LogEntry.genesisHash
         var previousTime: Timestamp?
+        var latest: Timestamp?
         let prefix = [UInt8].bigEndian(id)
         func fail(_ message: String, at offset: UInt64? = nil) -> Failure {
             Failure(problem: .init(stream: stream, offset: offset, message: message))
@@ -135,10 +145,11 @@ extension Ledger {
                         }
                         let hash = LogEntry.chainHash(previous: previous, stream: stream, body: Array(bytes[40...]))
                         guard hash == entry.hash else { throw fail("the hash chain breaks: stored hash differs from the recomputed one", at: offset) }
-                        if let previousTime, entry.time < previousTime {
+                        if let previousTime, entry.time < previousTime, entry.sequence > timeRuleFrom {
                             throw fail("time goes backwards: \(entry.time) after \(previousTime)", at: offset)
                         }
                         previousTime = entry.time
+                        latest = max(latest ?? entry.time, entry.time)
                         try apply(entry, to: &view)
                         previous = hash
                         expected += 1
@@ -153,7 +164,7 @@ extension Ledger {
                 try compareViews(txn, stream: stream, id: id, with: view, at: head.offset)
                 return true
             }
-            if finished { return expected - 1 }
+            if finished { return (expected - 1, latest) }
         }
     }
 
@@ -200,16 +211,16 @@ extension Ledger {
     }
 
     /// Checks the pool aggregates against the datasets, in one read transaction. A pool's
-    /// last-modified time is the latest of its datasets' — which, as time only moves forward in
-    /// a stream, is also the latest entry the view's running maximum saw.
-    private func verifyPools() throws {
+    /// last-modified time has one definition, in the view and here: the latest time of any entry
+    /// of its user streams (`latest`, gathered by ``verifyStream``) — the view keeps it as a
+    /// running maximum as entries are applied.
+    private func verifyPools(latest: [String: Timestamp]) throws {
         try read { txn in
             var expected: [String: PoolState] = [:]
             try forEachStream(txn, prefix: []) { stream, head in
                 guard stream.identity != Ledger.systemIdentity, let meta = try dataset(txn, id: head.id, stream: stream) else { return true }
-                var pool = expected[stream.pool.rawValue] ?? PoolState(bytes: 0, lastModified: meta.lastModified)
+                var pool = expected[stream.pool.rawValue] ?? PoolState(bytes: 0, lastModified: latest[stream.pool.rawValue] ?? meta.lastModified)
                 pool.bytes += meta.bytes
-                pool.lastModified = max(pool.lastModified, meta.lastModified)
                 expected[stream.pool.rawValue] = pool
                 return true
             }

@@ -94,9 +94,19 @@ extension Ledger {
         return PoolDictionary(id: id, pool: pool, bytes: bytes)
     }
 
-    /// The dictionary with this id, from any pool, or nil.
-    public func dictionary(id: UInt32) throws -> [UInt8]? {
+    /// The dictionary with this id, from any pool (or from `pool` only), or nil.
+    ///
+    /// With a pool it is one read of that pool's configuration, and a miss is not remembered
+    /// (a dictionary trained meanwhile by another process is found); without, every pool is
+    /// looked at, and a miss is remembered until a configuration changes in this process.
+    public func dictionary(id: UInt32, pool: IdentityPoolID? = nil) throws -> [UInt8]? {
         if let hit = dictionaries.dictionary(id) { return hit }
+        if let pool {
+            guard let text = try recordValue(Self.systemStream(pool, "configuration"), key: "zstd-dictionary/\(id)"),
+                  let data = Data(base64Encoded: text) else { return nil }
+            dictionaries.remember(id, Array(data))
+            return Array(data)
+        }
         if dictionaries.isKnownMiss(id) { return nil }
         let generation = dictionaries.generation
         for stream in try poolsWithStreams().map({ Self.systemStream($0, "configuration") }) {
@@ -117,8 +127,16 @@ extension Ledger {
 extension Ledger {
     /// Decodes segment bytes, finding any dictionary they name in this ledger. See
     /// ``Segment/decode(_:dictionaries:maxUncompressedSize:admit:)``.
+    ///
+    /// A stream segment's dictionary is looked for in its own pool only (one read); a feed
+    /// segment's in every pool.
     public func decodeSegment(_ bytes: [UInt8], maxUncompressedSize: UInt64 = Segment.maxUncompressedSize,
                               admit: (Segment.Header) throws -> Void = { _ in }) throws -> Segment {
-        try Segment.decode(bytes, dictionaries: dictionaryLookup, maxUncompressedSize: maxUncompressedSize, admit: admit)
+        var pool: IdentityPoolID?
+        return try Segment.decode(bytes, dictionaries: { [self] id in try? self.dictionary(id: id, pool: pool) },
+                                  maxUncompressedSize: maxUncompressedSize, admit: { header in
+            if case .stream(let stream) = header.scope { pool = stream.pool }
+            try admit(header)
+        })
     }
 }

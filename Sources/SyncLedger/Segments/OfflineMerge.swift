@@ -24,6 +24,10 @@ extension Event {
 }
 
 extension Ledger {
+    /// The most entries one offline merge may carry (each becomes a server entry on a
+    /// fast-forward): what one request may make the server write stays bounded.
+    public static let maxOfflineEntries = 1024
+
     /// Merges a device's offline changes: a stream segment of entries the device made on top of
     /// its last synced state (the base sync count is the segment's first offset − 1).
     ///
@@ -39,16 +43,24 @@ extension Ledger {
     /// `.conflict` error naming each key and both sync counts; with `partial`, the other keys
     /// are written as one new entry and the conflicts are reported.
     ///
+    /// A dataset deleted on the server after the device's base is a conflict too (the device's
+    /// edits were made to records the delete removed), as it is for UpdateRecords.
+    ///
     /// - Parameters:
     ///   - deviceID: the device the changes come from (1-256 bytes), recorded with the entries.
     ///   - caller: the authenticated caller, recorded as the author (defaults to the identity).
-    /// - Throws: ``LedgerError`` `.conflict`, `.limitExceeded`, `.invalidParameter`; nothing is
-    ///   written then.
-    public func mergeOffline(_ segment: Segment, deviceID: String? = nil, caller: String? = nil, partial: Bool = false) async throws -> OfflineMergeReport {
+    ///   - sessionToken: a sync session token for this stream, as UpdateRecords needs.
+    /// - Throws: ``LedgerError`` `.conflict`, `.limitExceeded`, `.invalidParameter`,
+    ///   `.invalidSessionToken`; nothing is written then.
+    public func mergeOffline(_ segment: Segment, deviceID: String? = nil, caller: String? = nil, sessionToken: String?, partial: Bool = false) async throws -> OfflineMergeReport {
         guard case .stream(let stream) = segment.scope, let first = segment.entries.first else {
             throw LedgerError(.invalidParameter, "offline changes come as a non-empty stream segment")
         }
         try Self.requireUserIdentity(stream.identity)
+        try checkSessionToken(sessionToken, for: stream)
+        guard segment.entries.count <= Self.maxOfflineEntries else {
+            throw LedgerError(.limitExceeded, "offline changes come in at most \(Self.maxOfflineEntries) entries, not \(segment.entries.count)", stream: stream)
+        }
         let origin = try ChangeOrigin(author: caller ?? stream.identity.rawValue, device: deviceID)
         let base = first.offset - 1
         // Every device entry, checked by the same rules as UpdateRecords.
@@ -70,7 +82,8 @@ extension Ledger {
                 final[k] = event
             }
         }
-        let collapsed = try validateChange(order.map { final[$0]! }, for: stream)
+        // The last intent per key, as one change (none when the device only deleted the dataset).
+        let collapsed = order.isEmpty ? nil : try validateChange(order.map { final[$0]! }, for: stream)
         return try await write { [self, order, changes, deletes] txn in
             let head = try self.head(txn, stream)
             if (head?.offset ?? 0) == base, (head?.hash ?? LogEntry.genesisHash) == segment.previousHash {
@@ -85,6 +98,12 @@ extension Ledger {
             }
             if deletes {
                 throw LedgerError(.conflict, "the device deleted the dataset offline, but the server moved on from sync count \(base) to \(head?.offset ?? 0)", stream: stream)
+            }
+            if let id = head?.id, let deleted = try self.dataset(txn, id: id, stream: stream)?.lastDeleteSyncCount, deleted > base {
+                throw LedgerError(.conflict, "the dataset was deleted on the server (sync count \(deleted)) after the device's base sync count \(base)", stream: stream)
+            }
+            guard let collapsed else {
+                throw LedgerError(.conflict, "the server moved on from sync count \(base) to \(head?.offset ?? 0); the device's changes hold no record to merge", stream: stream)
             }
             var report = OfflineMergeReport()
             var events: [Event] = []

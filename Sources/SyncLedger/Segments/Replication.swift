@@ -202,7 +202,7 @@ extension Ledger {
     /// Decodes and merges segment file bytes. See ``merge(_:)`` and ``Segment/decode(_:)``.
     @discardableResult
     public func merge(bytes: [UInt8]) async throws -> MergeReport {
-        try await merge(try Segment.decode(bytes, dictionaries: dictionaryLookup))
+        try await merge(try decodeSegment(bytes))
     }
 
     func merge(_ segment: Segment, _ txn: Transaction) throws -> MergeReport {
@@ -211,6 +211,8 @@ extension Ledger {
             let stored: StreamHead?
             var offset: UInt64
             var hash: [UInt8]
+            /// The time of its last entry (local, or accepted from the segment so far).
+            var time: Timestamp?
         }
         var targets: [Target] = []
         var numbering = StreamNumbering()
@@ -229,7 +231,8 @@ extension Ledger {
             let (t, isNew) = numbering.ordinal(of: stream)
             if isNew {
                 let stored = try self.head(txn, stream)
-                targets.append(Target(stored: stored, offset: stored?.offset ?? 0, hash: stored?.hash ?? LogEntry.genesisHash))
+                let time = try stored.flatMap { try self.dataset(txn, id: $0.id, stream: stream)?.lastModified }
+                targets.append(Target(stored: stored, offset: stored?.offset ?? 0, hash: stored?.hash ?? LogEntry.genesisHash, time: time))
             }
             ordinals.append(t)
             let head = targets[t]
@@ -251,8 +254,14 @@ extension Ledger {
             guard entries[i].previous == head.hash else {
                 throw refuse("it does not chain to the local entry at offset \(head.offset)")
             }
+            let time: Timestamp
+            do { time = try LogEntry.peekOffsetAndTime(entries[i].body).time } catch { throw refuse("its body does not decode: \(error)") }
+            if let previous = head.time, time < previous {
+                throw refuse("its time \(time) is before the previous entry's \(previous) (time only moves forward in a stream)")
+            }
             targets[t].offset = offset
             targets[t].hash = entries[i].hash
+            targets[t].time = time
             plan.append(true)
             report.applied += 1
         }
@@ -280,9 +289,6 @@ extension Ledger {
                                           view: try StoredDatasetView(txn: txn, schema: schema, stream: e.stream, streamID: id))
             }
             let decoded = try e.entry
-            if let previous = writers[t]!.view.dataset?.lastModified, decoded.time < previous {
-                throw LedgerError(.invalidParameter, "segment refused at entry \(i) (\(e.stream) offset \(e.offset)): its time \(decoded.time) is before the previous entry's \(previous); time only moves forward in a stream; nothing was applied", stream: e.stream, offset: e.offset)
-            }
             let entry = LogEntry(stream: e.stream, offset: e.offset, sequence: sequence, time: decoded.time, author: decoded.author, device: decoded.device, events: decoded.events, hash: e.hash)
             try apply(entry, to: &writers[t]!.view)
             try storeLog(txn, entry, body: e.body, streamID: writers[t]!.id, buffers: &buffers)

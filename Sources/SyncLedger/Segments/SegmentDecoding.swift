@@ -159,7 +159,6 @@ extension Segment {
             var offset: UInt64?
             var hash: [UInt8]
             var anchored = false
-            var time: Timestamp?
         }
         var er = ByteReader(plain)
         var entries: [Entry] = []
@@ -206,14 +205,11 @@ extension Segment {
             guard bodyLength <= UInt64(er.remaining) else { throw fail("entry \(index): body overruns the segment") }
             let entryBody = try er.raw(Int(bodyLength))
             var br = ByteReader(entryBody)
-            let (offset, time) = try LogEntry.checkBody(&br)
+            let (offset, _) = try LogEntry.checkBody(&br)
             try br.expectEnd()
             let chain = chains[c]
             if let head = chain.offset, offset != head &+ 1 {
                 throw fail("entry \(index) of \(chain.stream) has offset \(offset) after \(head): a gap")
-            }
-            if let previous = chain.time, time < previous {
-                throw fail("entry \(index) of \(chain.stream) (offset \(offset)): its time is before the previous entry's; time only moves forward in a stream")
             }
             if offset == 1, chain.hash != LogEntry.genesisHash {
                 throw fail("entry \(index) (\(chain.stream) offset 1) does not start from the empty chain")
@@ -226,7 +222,6 @@ extension Segment {
             entries.append(Entry(stream: chain.stream, sequence: sequence, offset: offset, previous: chain.hash, hash: hash, body: entryBody))
             chains[c].offset = offset
             chains[c].hash = hash
-            chains[c].time = time
         }
         guard UInt64(entries.count) == count else { throw fail("holds \(entries.count) entries; its header says \(count)") }
         if case .feed = scope, chains.contains(where: { !$0.anchored }) {

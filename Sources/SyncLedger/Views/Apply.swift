@@ -34,7 +34,10 @@ public func apply<View: DatasetView>(_ entry: LogEntry, to view: inout View) thr
                 meta.bytes -= UInt64(key.utf8.count + oldValue.utf8.count)
             } else {
                 meta.recordCount += 1
-                if old != nil { meta.tombstones -= 1 }
+                if old != nil {
+                    meta.tombstones -= 1
+                    meta.tombstoneBytes -= UInt64(key.utf8.count)
+                }
             }
             meta.bytes += UInt64(key.utf8.count + value.utf8.count)
             try view.setRecord(key, RecordState(value: value, syncCount: entry.offset, lastModified: entry.time, lastModifiedBy: by, deviceModified: device))
@@ -48,8 +51,10 @@ public func apply<View: DatasetView>(_ entry: LogEntry, to view: inout View) thr
                 meta.bytes -= UInt64(key.utf8.count + oldValue.utf8.count)
                 meta.recordCount -= 1
                 meta.tombstones += 1
+                meta.tombstoneBytes += UInt64(key.utf8.count)
             } else if old == nil {
                 meta.tombstones += 1
+                meta.tombstoneBytes += UInt64(key.utf8.count)
             }
             try view.setRecord(key, RecordState(value: nil, syncCount: entry.offset, lastModified: entry.time, lastModifiedBy: by, deviceModified: device))
         case .deleteDataset:
@@ -57,6 +62,7 @@ public func apply<View: DatasetView>(_ entry: LogEntry, to view: inout View) thr
             meta.recordCount = 0
             meta.bytes = 0
             meta.tombstones = 0
+            meta.tombstoneBytes = 0
             meta.deleted = true
             meta.lastDeleteSyncCount = entry.offset
         }

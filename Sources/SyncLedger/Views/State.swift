@@ -88,6 +88,8 @@ public struct DatasetState: Hashable, Sendable {
     public var lastDeleteSyncCount: UInt64
     /// Removed records it keeps as markers (tombstones), so that devices learn of the removal.
     public var tombstones: UInt64 = 0
+    /// UTF-8 bytes of those markers' keys.
+    public var tombstoneBytes: UInt64 = 0
 
     func encoded() -> [UInt8] {
         var w = ByteWriter(capacity: 48 + lastModifiedBy.utf8.count)
@@ -100,6 +102,7 @@ public struct DatasetState: Hashable, Sendable {
         w.varint(lastDeleteSyncCount)
         w.string(lastModifiedBy)
         w.varint(tombstones)
+        w.varint(tombstoneBytes)
         return w.bytes
     }
 
@@ -127,6 +130,7 @@ public struct DatasetState: Hashable, Sendable {
         lastDeleteSyncCount = try r.varint()
         lastModifiedBy = try r.string()
         tombstones = try r.varint()
+        tombstoneBytes = try r.varint()
         try r.expectEnd()
     }
 }
