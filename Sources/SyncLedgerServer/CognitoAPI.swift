@@ -127,17 +127,17 @@ struct CognitoAPI: Sendable {
 
     // MARK: Parameters
 
-    private func poolID(_ route: Route) throws -> IdentityPoolID { try IdentityPoolID(route.pool ?? "") }
-    private func identityID(_ route: Route) throws -> IdentityID { try IdentityID(route.identity ?? "") }
-    private func stream(_ route: Route) throws -> StreamName {
+    func poolID(_ route: Route) throws -> IdentityPoolID { try IdentityPoolID(route.pool ?? "") }
+    func identityID(_ route: Route) throws -> IdentityID { try IdentityID(route.identity ?? "") }
+    func stream(_ route: Route) throws -> StreamName {
         try StreamName(pool: route.pool ?? "", identity: route.identity ?? "", dataset: route.dataset ?? "")
     }
 
-    private func queryValue(_ query: [(String, String)], _ name: String) -> String? {
+    func queryValue(_ query: [(String, String)], _ name: String) -> String? {
         query.first { $0.0 == name }?.1
     }
 
-    private func queryInt(_ query: [(String, String)], _ name: String, range: ClosedRange<Int64>) throws -> Int64? {
+    func queryInt(_ query: [(String, String)], _ name: String, range: ClosedRange<Int64>) throws -> Int64? {
         guard let text = queryValue(query, name) else { return nil }
         guard let value = Int64(text), range.contains(value) else {
             throw WireError.invalidParameter("\(name) must be an integer in \(range.lowerBound)...\(range.upperBound), not \"\(text.prefix(40))\"")
@@ -145,7 +145,7 @@ struct CognitoAPI: Sendable {
         return value
     }
 
-    private func body(_ request: WireRequest) throws -> JSON {
+    func body(_ request: WireRequest) throws -> JSON {
         if request.body.isEmpty { return .object([]) }
         let json: JSON
         do { json = try JSONParser.parse(request.body) } catch {
@@ -155,7 +155,7 @@ struct CognitoAPI: Sendable {
         return json
     }
 
-    private func string(_ value: JSON?, _ path: String, required: Bool = false) throws -> String? {
+    func string(_ value: JSON?, _ path: String, required: Bool = false) throws -> String? {
         switch value {
         case nil, .null?:
             if required { throw WireError.invalidParameter("\(path) is required") }
@@ -165,7 +165,7 @@ struct CognitoAPI: Sendable {
         }
     }
 
-    private func integer(_ value: JSON?, _ path: String, required: Bool = false) throws -> Int64? {
+    func integer(_ value: JSON?, _ path: String, required: Bool = false) throws -> Int64? {
         switch value {
         case nil, .null?:
             if required { throw WireError.invalidParameter("\(path) is required") }
@@ -180,7 +180,7 @@ struct CognitoAPI: Sendable {
     }
 
     /// A date sent as epoch seconds (botocore's rest-json form).
-    private func date(_ value: JSON?, _ path: String) throws -> Timestamp? {
+    func date(_ value: JSON?, _ path: String) throws -> Timestamp? {
         switch value {
         case nil, .null?: return nil
         case .number(let text)?:
@@ -321,199 +321,6 @@ struct CognitoAPI: Sendable {
             w.endObject()
             return .json(w)
         }
-    }
-
-    // MARK: Records
-
-    private func listRecords(_ route: Route, _ query: [(String, String)]) async throws -> WireResponse {
-        let s = try stream(route)
-        let after = try queryInt(query, "lastSyncCount", range: 0...Int64.max) ?? 0
-        let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 1024)
-        let (next, session) = (queryValue(query, "nextToken"), queryValue(query, "syncSessionToken"))
-        let ledger = self.ledger
-        let page = try await offPool { try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
-        var w = JSONWriter(capacity: 256 + page.records.count * 128)
-        w.beginObject()
-        w.key("Records"); w.beginArray()
-        for record in page.records { writeRecord(&w, record) }
-        w.endArray()
-        w.member("NextToken", page.nextToken)
-        w.member("Count", int: page.records.count)
-        w.member("DatasetSyncCount", int: page.datasetSyncCount)
-        w.member("LastModifiedBy", page.lastModifiedBy)
-        w.key("MergedDatasetNames"); w.beginArray(); w.endArray()
-        w.member("DatasetExists", bool: page.datasetExists)
-        w.member("DatasetDeletedAfterRequestedSyncCount", bool: page.datasetDeletedAfterRequestedSyncCount)
-        w.member("SyncSessionToken", page.syncSessionToken)
-        w.endObject()
-        return .json(w)
-    }
-
-    private func updateRecords(_ route: Route, _ request: WireRequest, _ credential: Credential) async throws -> WireResponse {
-        let s = try stream(route)
-        let json = try body(request)
-        let token = try string(json["SyncSessionToken"], "SyncSessionToken", required: true)
-        let deviceID = try string(json["DeviceId"], "DeviceId")
-        var patches: [RecordPatch] = []
-        switch json["RecordPatches"] {
-        case nil, .null?: break
-        case .array(let items)?:
-            for (i, item) in items.enumerated() {
-                let path = "RecordPatches[\(i)]"
-                guard case .object = item else { throw WireError.invalidParameter("\(path) must be an object, not \(item.typeName)") }
-                let opText = try string(item["Op"], "\(path).Op", required: true)!
-                guard let op = RecordPatch.Operation(rawValue: opText) else {
-                    throw WireError.invalidParameter("\(path).Op must be replace or remove, not \"\(opText.prefix(40))\"")
-                }
-                let key = try string(item["Key"], "\(path).Key", required: true)!
-                let value = try string(item["Value"], "\(path).Value")
-                let count = try integer(item["SyncCount"], "\(path).SyncCount", required: true)!
-                guard count >= 0 else { throw WireError.invalidParameter("\(path).SyncCount must not be negative") }
-                let device = try date(item["DeviceLastModifiedDate"], "\(path).DeviceLastModifiedDate")
-                patches.append(RecordPatch(op: op, key: key, value: value, syncCount: UInt64(count), deviceModified: device))
-            }
-        case let other?: throw WireError.invalidParameter("RecordPatches must be an array, not \(other.typeName)")
-        }
-        let result = try await ledger.updateRecords(s, patches: patches, deviceID: deviceID, caller: caller(credential), sessionToken: token)
-        var w = JSONWriter(capacity: 64 + result.records.count * 128)
-        w.beginObject()
-        w.key("Records"); w.beginArray()
-        for record in result.records { writeRecord(&w, record) }
-        w.endArray()
-        w.endObject()
-        return .json(w)
-    }
-
-    private func writeRecord(_ w: inout JSONWriter, _ record: Record) {
-        w.beginObject()
-        w.member("Key", record.key)
-        w.member("Value", record.value)
-        w.member("SyncCount", int: record.syncCount)
-        w.member("LastModifiedDate", date: record.state.lastModified.milliseconds)
-        w.member("LastModifiedBy", record.state.lastModifiedBy)
-        w.member("DeviceLastModifiedDate", date: record.state.deviceModified?.milliseconds)
-        w.endObject()
-    }
-
-    // MARK: Datasets and usage
-
-    private func listDatasets(_ route: Route, _ query: [(String, String)]) async throws -> WireResponse {
-        let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 20)
-        let (pool, id, next) = (try poolID(route), try identityID(route), queryValue(query, "nextToken"))
-        let ledger = self.ledger
-        let page = try await offPool { try ledger.listDatasets(pool: pool, identity: id, maxResults: max, nextToken: next) }
-        var w = JSONWriter()
-        w.beginObject()
-        w.key("Datasets"); w.beginArray()
-        for d in page.datasets { writeDataset(&w, d) }
-        w.endArray()
-        w.member("Count", int: page.datasets.count)
-        w.member("NextToken", page.nextToken)
-        w.endObject()
-        return .json(w)
-    }
-
-    private func writeDataset(_ w: inout JSONWriter, _ d: DatasetDescription) {
-        w.beginObject()
-        w.member("IdentityId", d.stream.identity.rawValue)
-        w.member("DatasetName", d.stream.dataset.rawValue)
-        w.member("CreationDate", date: d.created.milliseconds)
-        w.member("LastModifiedDate", date: d.lastModified.milliseconds)
-        w.member("LastModifiedBy", d.lastModifiedBy)
-        w.member("DataStorage", int: d.dataStorage)
-        w.member("NumRecords", int: d.numRecords)
-        w.endObject()
-    }
-
-    private func writePoolUsage(_ w: inout JSONWriter, _ u: PoolUsage) {
-        w.beginObject()
-        w.member("IdentityPoolId", u.pool.rawValue)
-        w.member("SyncSessionsCount", int: u.syncSessionsCount)
-        w.member("DataStorage", int: u.dataStorage)
-        w.member("LastModifiedDate", date: u.lastModified?.milliseconds)
-        w.endObject()
-    }
-
-    // MARK: Configuration
-
-    private func pushSync(_ value: JSON?) throws -> PushSyncConfiguration? {
-        guard let value, value != .null else { return nil }
-        guard case .object = value else { throw WireError.invalidParameter("PushSync must be an object, not \(value.typeName)") }
-        var arns: [String]?
-        switch value["ApplicationArns"] {
-        case nil, .null?: break
-        case .array(let items)?:
-            arns = try items.enumerated().map { i, item in
-                let arn = try string(item, "PushSync.ApplicationArns[\(i)]", required: true)!
-                guard matchesApplicationArn(arn) else {
-                    throw WireError.invalidParameter("PushSync.ApplicationArns[\(i)] \"\(arn.prefix(80))\" must match arn:aws:sns:[-0-9a-z]+:\\d+:app/[A-Z_]+/[a-zA-Z0-9_.-]+")
-                }
-                return arn
-            }
-        case let other?: throw WireError.invalidParameter("PushSync.ApplicationArns must be an array, not \(other.typeName)")
-        }
-        let role = try string(value["RoleArn"], "PushSync.RoleArn")
-        if let role { try checkRoleArn(role, "PushSync.RoleArn") }
-        return PushSyncConfiguration(applicationArns: arns, roleArn: role)
-    }
-
-    private func cognitoStreams(_ value: JSON?) throws -> StreamsConfiguration? {
-        guard let value, value != .null else { return nil }
-        guard case .object = value else { throw WireError.invalidParameter("CognitoStreams must be an object, not \(value.typeName)") }
-        let name = try string(value["StreamName"], "CognitoStreams.StreamName")
-        if let name, !(1...128).contains(name.count) { throw WireError.invalidParameter("CognitoStreams.StreamName must be 1-128 characters") }
-        let role = try string(value["RoleArn"], "CognitoStreams.RoleArn")
-        if let role { try checkRoleArn(role, "CognitoStreams.RoleArn") }
-        let status = try string(value["StreamingStatus"], "CognitoStreams.StreamingStatus")
-        if let status, status != "ENABLED", status != "DISABLED" {
-            throw WireError.invalidParameter("CognitoStreams.StreamingStatus must be ENABLED or DISABLED, not \"\(status.prefix(40))\"")
-        }
-        return StreamsConfiguration(streamName: name, roleArn: role, streamingStatus: status)
-    }
-
-    private func checkRoleArn(_ arn: String, _ path: String) throws {
-        // arn:aws:iam::\d+:role/.* , 20-2048 characters
-        let parts = arn.split(separator: ":", maxSplits: 5, omittingEmptySubsequences: false)
-        guard (20...2048).contains(arn.count), parts.count == 6, parts[0] == "arn", parts[1] == "aws", parts[2] == "iam", parts[3].isEmpty,
-              !parts[4].isEmpty, parts[4].allSatisfy(\.isASCIIDigit), parts[5].hasPrefix("role/") else {
-            throw WireError.invalidParameter("\(path) \"\(arn.prefix(80))\" must match arn:aws:iam::\\d+:role/.* (20-2048 characters)")
-        }
-    }
-
-    private func matchesApplicationArn(_ arn: String) -> Bool {
-        let parts = arn.split(separator: ":", maxSplits: 5, omittingEmptySubsequences: false)
-        guard parts.count == 6, parts[0] == "arn", parts[1] == "aws", parts[2] == "sns",
-              !parts[3].isEmpty, parts[3].allSatisfy({ $0 == "-" || $0.isASCIIDigit || ("a"..."z").contains($0) }),
-              !parts[4].isEmpty, parts[4].allSatisfy(\.isASCIIDigit) else { return false }
-        let app = parts[5].split(separator: "/", omittingEmptySubsequences: false)
-        return app.count == 3 && app[0] == "app"
-            && !app[1].isEmpty && app[1].allSatisfy({ $0 == "_" || ("A"..."Z").contains($0) })
-            && !app[2].isEmpty && app[2].allSatisfy({ $0.isASCIILetterOrDigit || $0 == "_" || $0 == "." || $0 == "-" })
-    }
-
-    private func configurationBody(_ pool: IdentityPoolID, _ config: PoolConfiguration) -> JSONWriter {
-        var w = JSONWriter()
-        w.beginObject()
-        w.member("IdentityPoolId", pool.rawValue)
-        if let push = config.pushSync {
-            w.key("PushSync"); w.beginObject()
-            if let arns = push.applicationArns {
-                w.key("ApplicationArns"); w.beginArray()
-                for arn in arns { w.string(arn) }
-                w.endArray()
-            }
-            w.member("RoleArn", push.roleArn)
-            w.endObject()
-        }
-        if let streams = config.cognitoStreams {
-            w.key("CognitoStreams"); w.beginObject()
-            w.member("StreamName", streams.streamName)
-            w.member("RoleArn", streams.roleArn)
-            w.member("StreamingStatus", streams.streamingStatus)
-            w.endObject()
-        }
-        w.endObject()
-        return w
     }
 }
 

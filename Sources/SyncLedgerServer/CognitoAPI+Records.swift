@@ -1,0 +1,117 @@
+import Foundation
+import NIOPosix
+import SyncLedger
+
+/// The record and dataset operations' wire shapes.
+extension CognitoAPI {
+    // MARK: Records
+
+    func listRecords(_ route: Route, _ query: [(String, String)]) async throws -> WireResponse {
+        let s = try stream(route)
+        let after = try queryInt(query, "lastSyncCount", range: 0...Int64.max) ?? 0
+        let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 1024)
+        let (next, session) = (queryValue(query, "nextToken"), queryValue(query, "syncSessionToken"))
+        let ledger = self.ledger
+        let page = try await offPool { try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
+        var w = JSONWriter(capacity: 256 + page.records.count * 128)
+        w.beginObject()
+        w.key("Records"); w.beginArray()
+        for record in page.records { writeRecord(&w, record) }
+        w.endArray()
+        w.member("NextToken", page.nextToken)
+        w.member("Count", int: page.records.count)
+        w.member("DatasetSyncCount", int: page.datasetSyncCount)
+        w.member("LastModifiedBy", page.lastModifiedBy)
+        w.key("MergedDatasetNames"); w.beginArray(); w.endArray()
+        w.member("DatasetExists", bool: page.datasetExists)
+        w.member("DatasetDeletedAfterRequestedSyncCount", bool: page.datasetDeletedAfterRequestedSyncCount)
+        w.member("SyncSessionToken", page.syncSessionToken)
+        w.endObject()
+        return .json(w)
+    }
+
+    func updateRecords(_ route: Route, _ request: WireRequest, _ credential: Credential) async throws -> WireResponse {
+        let s = try stream(route)
+        let json = try body(request)
+        let token = try string(json["SyncSessionToken"], "SyncSessionToken", required: true)
+        let deviceID = try string(json["DeviceId"], "DeviceId")
+        var patches: [RecordPatch] = []
+        switch json["RecordPatches"] {
+        case nil, .null?: break
+        case .array(let items)?:
+            for (i, item) in items.enumerated() {
+                let path = "RecordPatches[\(i)]"
+                guard case .object = item else { throw WireError.invalidParameter("\(path) must be an object, not \(item.typeName)") }
+                let opText = try string(item["Op"], "\(path).Op", required: true)!
+                guard let op = RecordPatch.Operation(rawValue: opText) else {
+                    throw WireError.invalidParameter("\(path).Op must be replace or remove, not \"\(opText.prefix(40))\"")
+                }
+                let key = try string(item["Key"], "\(path).Key", required: true)!
+                let value = try string(item["Value"], "\(path).Value")
+                let count = try integer(item["SyncCount"], "\(path).SyncCount", required: true)!
+                guard count >= 0 else { throw WireError.invalidParameter("\(path).SyncCount must not be negative") }
+                let device = try date(item["DeviceLastModifiedDate"], "\(path).DeviceLastModifiedDate")
+                patches.append(RecordPatch(op: op, key: key, value: value, syncCount: UInt64(count), deviceModified: device))
+            }
+        case let other?: throw WireError.invalidParameter("RecordPatches must be an array, not \(other.typeName)")
+        }
+        let result = try await ledger.updateRecords(s, patches: patches, deviceID: deviceID, caller: caller(credential), sessionToken: token)
+        var w = JSONWriter(capacity: 64 + result.records.count * 128)
+        w.beginObject()
+        w.key("Records"); w.beginArray()
+        for record in result.records { writeRecord(&w, record) }
+        w.endArray()
+        w.endObject()
+        return .json(w)
+    }
+
+    func writeRecord(_ w: inout JSONWriter, _ record: Record) {
+        w.beginObject()
+        w.member("Key", record.key)
+        w.member("Value", record.value)
+        w.member("SyncCount", int: record.syncCount)
+        w.member("LastModifiedDate", date: record.state.lastModified.milliseconds)
+        w.member("LastModifiedBy", record.state.lastModifiedBy)
+        w.member("DeviceLastModifiedDate", date: record.state.deviceModified?.milliseconds)
+        w.endObject()
+    }
+
+    // MARK: Datasets and usage
+
+    func listDatasets(_ route: Route, _ query: [(String, String)]) async throws -> WireResponse {
+        let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 20)
+        let (pool, id, next) = (try poolID(route), try identityID(route), queryValue(query, "nextToken"))
+        let ledger = self.ledger
+        let page = try await offPool { try ledger.listDatasets(pool: pool, identity: id, maxResults: max, nextToken: next) }
+        var w = JSONWriter()
+        w.beginObject()
+        w.key("Datasets"); w.beginArray()
+        for d in page.datasets { writeDataset(&w, d) }
+        w.endArray()
+        w.member("Count", int: page.datasets.count)
+        w.member("NextToken", page.nextToken)
+        w.endObject()
+        return .json(w)
+    }
+
+    func writeDataset(_ w: inout JSONWriter, _ d: DatasetDescription) {
+        w.beginObject()
+        w.member("IdentityId", d.stream.identity.rawValue)
+        w.member("DatasetName", d.stream.dataset.rawValue)
+        w.member("CreationDate", date: d.created.milliseconds)
+        w.member("LastModifiedDate", date: d.lastModified.milliseconds)
+        w.member("LastModifiedBy", d.lastModifiedBy)
+        w.member("DataStorage", int: d.dataStorage)
+        w.member("NumRecords", int: d.numRecords)
+        w.endObject()
+    }
+
+    func writePoolUsage(_ w: inout JSONWriter, _ u: PoolUsage) {
+        w.beginObject()
+        w.member("IdentityPoolId", u.pool.rawValue)
+        w.member("SyncSessionsCount", int: u.syncSessionsCount)
+        w.member("DataStorage", int: u.dataStorage)
+        w.member("LastModifiedDate", date: u.lastModified?.milliseconds)
+        w.endObject()
+    }
+}
