@@ -91,10 +91,23 @@ public struct ServerConfiguration: Sendable {
         guard (tlsCertificate == nil) == (tlsKey == nil) else {
             throw StartupError("give both --tls-cert and --tls-key to serve HTTPS, or neither")
         }
+        if let follow, Self.hasUserInfo(follow) {
+            // Not echoed: it would put the password in the error (and wherever that is logged).
+            throw StartupError("--follow must not carry a user name or password (USER:PASSWORD@HOST): the follower signs its pulls with the admin credential from SYNCLEDGER_ACCESS_KEY_ID and SYNCLEDGER_SECRET_ACCESS_KEY")
+        }
         if followCA != nil, !(follow?.lowercased().hasPrefix("https://") ?? false) {
             throw StartupError("--follow-ca is for an https:// leader (--follow https://HOST:PORT)")
         }
         guard followWait >= .zero, followWait <= CognitoAPI.maxFeedWait else { throw StartupError("--follow-wait must be 0 to 30 seconds") }
+    }
+
+    /// Whether a URL's authority (after `scheme://`, up to the first `/`, `?` or `#`) has an
+    /// `@`: a user name or password, however the rest of the URL parses.
+    static func hasUserInfo(_ url: String) -> Bool {
+        var rest = Substring(url)
+        if let scheme = rest.range(of: "://") { rest = rest[scheme.upperBound...] }
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" && $0 != "\\" }
+        return authority.contains("@")
     }
 }
 

@@ -283,3 +283,16 @@ def test_a_body_still_arriving_after_its_request_was_answered_is_discarded(small
     assert small.process.poll() is None
     assert metric(small, "syncledger_http_buffered_body_bytes") == 0
 
+
+# -- --follow ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["http://admin:hunter2-secret@127.0.0.1:9", "https://hunter2-secret@leader.example:443",
+                                 "http://a:hunter2-secret@[::1]:9/", "admin:hunter2-secret@127.0.0.1:9"])
+def test_follow_refuses_a_url_with_a_user_or_password(tmp_root, url):
+    """The follower signs with the admin credential; a password in --follow would only be
+    logged (and shown in the digest) wherever the URL is. It is refused, and not echoed."""
+    data = os.path.join(tmp_root, "follow-userinfo")
+    err = serve_fails(["--data", data, "--port", "0", "--follow", url])
+    assert "--follow" in err and "user name or password" in err, err
+    assert "hunter2" not in err, err
+    assert not os.path.exists(os.path.join(data, "data.mdb"))
