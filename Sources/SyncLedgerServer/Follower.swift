@@ -35,6 +35,24 @@ struct ReplicationFailure: Error, CustomStringConvertible {
     }
 
     var description: String { message }
+
+    /// Up to `limit` bytes of text the leader sent before anything authenticated it (an error
+    /// body), fit to log and to show: decoded as UTF-8 (a broken sequence becomes U+FFFD), and
+    /// every control or format character — newlines, escapes, bidirectional overrides, line
+    /// and paragraph separators — replaced by a space, so that it cannot forge log lines or
+    /// restyle a terminal.
+    static func printable(_ bytes: some Collection<UInt8>, limit: Int = 300) -> String {
+        var out = String.UnicodeScalarView()
+        for scalar in String(decoding: bytes.prefix(limit), as: UTF8.self).unicodeScalars {
+            switch scalar.properties.generalCategory {
+            case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .privateUse, .unassigned:
+                out.append(" ")
+            default:
+                out.append(scalar)
+            }
+        }
+        return String(out)
+    }
 }
 
 /// What a follower knows about its replication: shown in `/metrics` and the digest answer.
@@ -166,7 +184,7 @@ struct Follower: Sendable {
         let answer = try await client.get(path: "/segments/feed", query: query, signedHeaders: [(FeedAuthentication.nonceHeader, nonce)],
                                           deadline: wait + .seconds(60))
         guard answer.status == 200 || answer.status == 204 else {
-            throw ReplicationFailure(.leaderError, "the leader \(client.url) answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))")
+            throw ReplicationFailure(.leaderError, "the leader \(client.url) answered \(answer.status): \(ReplicationFailure.printable(answer.body))")
         }
         let (ledgerID, leaderSequence) = try authenticate(answer, nonce: nonce, after: checkpoint)
         // From here on the answer is the leader's own, for this request.

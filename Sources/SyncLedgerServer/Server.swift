@@ -21,11 +21,16 @@ public struct ServerConfiguration: Sendable {
     /// Request bodies larger than this are refused with 413 InvalidParameterException, before
     /// they are read.
     public var maxBodyBytes: Int = 4 << 20
-    /// The most request-body bytes buffered at once, over all connections; a request that
-    /// would pass it is refused at once with 429 TooManyRequestsException.
+    /// The most request-body bytes buffered at once, over all connections, counted as they
+    /// arrive (a declared length takes nothing by itself); a request whose arriving bytes would
+    /// pass it is refused at once with 429 TooManyRequestsException. A quarter of it is set
+    /// apart in equal shares per connection (``maxConnections``), so that a small body always
+    /// fits.
     public var maxBufferedBodyBytes: Int = 256 << 20
     /// The most open connections. At the limit, the connection idle the longest is closed to
-    /// make room; when every connection has a request in progress, the new one is closed.
+    /// make room, else the one whose unfinished request (head or body still arriving) started
+    /// the longest ago; only when every connection has a request read and in progress (or a
+    /// response being written) is the new one closed.
     public var maxConnections: Int = 1000
     /// A connection with no request in progress for this long is closed.
     public var idleTimeout: Duration = .seconds(60)
@@ -86,10 +91,23 @@ public struct ServerConfiguration: Sendable {
         guard (tlsCertificate == nil) == (tlsKey == nil) else {
             throw StartupError("give both --tls-cert and --tls-key to serve HTTPS, or neither")
         }
+        if let follow, Self.hasUserInfo(follow) {
+            // Not echoed: it would put the password in the error (and wherever that is logged).
+            throw StartupError("--follow must not carry a user name or password (USER:PASSWORD@HOST): the follower signs its pulls with the admin credential from SYNCLEDGER_ACCESS_KEY_ID and SYNCLEDGER_SECRET_ACCESS_KEY")
+        }
         if followCA != nil, !(follow?.lowercased().hasPrefix("https://") ?? false) {
             throw StartupError("--follow-ca is for an https:// leader (--follow https://HOST:PORT)")
         }
         guard followWait >= .zero, followWait <= CognitoAPI.maxFeedWait else { throw StartupError("--follow-wait must be 0 to 30 seconds") }
+    }
+
+    /// Whether a URL's authority (after `scheme://`, up to the first `/`, `?` or `#`) has an
+    /// `@`: a user name or password, however the rest of the URL parses.
+    static func hasUserInfo(_ url: String) -> Bool {
+        var rest = Substring(url)
+        if let scheme = rest.range(of: "://") { rest = rest[scheme.upperBound...] }
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" && $0 != "\\" }
+        return authority.contains("@")
     }
 }
 
@@ -147,7 +165,7 @@ public enum SyncLedgerServer {
             limits: HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,
                                bodyTimeout: configuration.bodyTimeout, maxBodyBytes: configuration.maxBodyBytes),
             connections: ConnectionRegistry(maximum: maxConnections),
-            budget: BodyBudget(capacity: configuration.maxBufferedBodyBytes),
+            budget: BodyBudget(capacity: configuration.maxBufferedBodyBytes, connections: maxConnections, largestBody: configuration.maxBodyBytes),
             metrics: TransportMetrics())
         let handler = RequestHandler(
             api: api,

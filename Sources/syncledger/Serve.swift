@@ -10,8 +10,8 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
     @Option(help: "Port to listen on, 0-65535 (0: any free port).") var port = 8080
     @Option(help: "Largest request body in bytes; a larger one is refused (413) before it is read.") var maxBodyBytes = 4 << 20
-    @Option(help: "Most request-body bytes buffered at once over all connections; past it, requests get 429.") var maxBufferedBodyBytes = 256 << 20
-    @Option(help: "Most open connections (at the limit, the longest-idle one is closed to make room).") var maxConnections = 1000
+    @Option(help: "Most request-body bytes buffered at once over all connections, counted as they arrive; past it, requests get 429 (a quarter is kept in equal shares per connection, so small bodies always fit).") var maxBufferedBodyBytes = 256 << 20
+    @Option(help: "Most open connections (at the limit, the longest-idle one is closed to make room, else the one whose unfinished request started first; a new one is refused only when every connection has a request read and in progress).") var maxConnections = 1000
     @Option(help: "Seconds a connection may stay open with no request in progress.") var idleTimeout = 60.0
     @Option(help: "Seconds a request head may take to arrive (from the connection's opening, or the request's first byte).") var headerTimeout = 10.0
     @Option(help: "Seconds a request body may take to arrive after its head.") var bodyTimeout = 60.0

@@ -12,7 +12,22 @@ import Testing
     private func shared(maxBody: Int = 100, budget: Int = 150, maxConnections: Int = 10) -> TransportShared {
         TransportShared(
             limits: HTTPLimits(idleTimeout: .seconds(60), headerTimeout: .seconds(10), bodyTimeout: .seconds(30), maxBodyBytes: maxBody),
-            connections: ConnectionRegistry(maximum: maxConnections), budget: BodyBudget(capacity: budget), metrics: TransportMetrics())
+            connections: ConnectionRegistry(maximum: maxConnections),
+            budget: BodyBudget(capacity: budget, connections: maxConnections, largestBody: maxBody), metrics: TransportMetrics())
+    }
+
+    private func body(_ count: Int) -> HTTPRequestPart { .body(ByteBuffer(repeating: 0x20, count: count)) }
+
+    /// Writes a whole response, as Hummingbird would.
+    private func respond(_ channel: EmbeddedChannel) throws {
+        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
+        try channel.writeOutbound(HTTPResponsePart.end(nil))
+        while try channel.readOutbound(as: HTTPResponsePart.self) != nil {}
+    }
+
+    private func states(_ registry: ConnectionRegistry) -> [Int] {
+        let counts = registry.counts
+        return [counts.idle, counts.receiving, counts.busy]
     }
 
     /// A connected channel with both guards, as GuardedHTTP1Channel installs them (the HTTP
@@ -75,36 +90,180 @@ import Testing
         #expect(throws: RequestCut.self) { try channel.writeOutbound(HTTPResponsePart.end(nil)) }
     }
 
-    @Test func theBodyBudgetIsSharedAndGivenBackWithTheResponse() throws {
-        let shared = shared(budget: 150)
+    @Test func theBodyBudgetIsTakenAsBytesArriveAndGivenBackWithTheResponse() throws {
+        // 150 bytes: each of 10 connections may hold 3 of its own, the other 120 are pooled.
+        let shared = shared(maxBody: 100, budget: 150, maxConnections: 10)
+        #expect(shared.budget.share == 3 && shared.budget.poolCapacity == 120)
         let first = try channel(shared), second = try channel(shared)
         try first.writeInbound(head(contentLength: 100))
-        #expect(shared.budget.inUse == 100)
+        #expect(shared.budget.inUse == 0)  // a declared length takes nothing
+        try first.writeInbound(body(90))
+        #expect(shared.budget.inUse == 90 && shared.budget.poolInUse == 87)
         try second.writeInbound(head(contentLength: 60))
+        try second.writeInbound(body(20))
+        #expect(shared.budget.inUse == 110)
+        // 30 more would take 134 of the 120 pooled bytes: refused, and its 20 go back.
+        #expect(throws: RequestCut.self) { try second.writeInbound(body(30)) }
+        guard case .head? = try second.readInbound(as: HTTPRequestPart.self), case .body? = try second.readInbound(as: HTTPRequestPart.self) else {
+            Issue.record("the head and the first chunk should have been passed on")
+            return
+        }
         #expect(try second.readInbound(as: HTTPRequestPart.self) == nil)
         let (status, fields, _) = try #require(try refusal(second))
         #expect(status == 429 && fields[HTTPField.Name("x-amzn-ErrorType")!] == "TooManyRequestsException")
-        // The first request is answered: its bytes go back, and the same request now fits.
-        try first.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
-        try first.writeOutbound(HTTPResponsePart.end(nil))
-        #expect(shared.budget.inUse == 0)
+        #expect(shared.budget.inUse == 90)
+        #expect(shared.metrics.value(.bodyBudgetExhausted) == 1)
+        // The first request ends and is answered: its bytes go back, and the same request now fits.
+        try first.writeInbound(body(10))
+        try first.writeInbound(HTTPRequestPart.end(nil))
+        #expect(shared.budget.inUse == 100)
+        try respond(first)
+        #expect(shared.budget.inUse == 0 && shared.budget.poolInUse == 0)
         let third = try channel(shared)
         try third.writeInbound(head(contentLength: 60))
+        try third.writeInbound(body(60))
         #expect(shared.budget.inUse == 60)
+        // A closed connection gives back what it held.
+        try third.close().wait()
+        #expect(shared.budget.inUse == 0 && shared.budget.poolInUse == 0)
     }
 
-    @Test func atTheLimitTheLongestIdleConnectionMakesRoomButNoBusyOne() {
-        let registry = ConnectionRegistry(maximum: 2)
-        let a = EmbeddedChannel(), b = EmbeddedChannel(), c = EmbeddedChannel(), d = EmbeddedChannel()
-        guard case .admitted = registry.admit(a), case .admitted = registry.admit(b) else { Issue.record("not admitted"); return }
-        registry.setBusy(a, true)
-        guard case .admittedEvicting(let victim) = registry.admit(c) else { Issue.record("no room made"); return }
-        #expect(victim === b)
-        registry.setBusy(c, true)
-        guard case .refused = registry.admit(d) else { Issue.record("a busy connection was evicted"); return }
-        #expect(registry.open == 2)
-        registry.remove(a)
-        guard case .admitted = registry.admit(d) else { Issue.record("a freed slot was not reused"); return }
+    @Test func bodiesDeclaredButNeverSentHoldNoBudget() throws {
+        let shared = shared(maxBody: 100, budget: 150, maxConnections: 10)
+        // Nine connections each declare the largest body and send nothing (before the fix,
+        // the first one took 100 of the 150 bytes and every other body got 429).
+        var idle = [EmbeddedChannel]()
+        for _ in 0..<9 {
+            let channel = try channel(shared)
+            try channel.writeInbound(head(contentLength: 100))
+            #expect(try channel.readOutbound(as: HTTPResponsePart.self) == nil)
+            idle.append(channel)
+        }
+        #expect(shared.budget.inUse == 0)
+        let honest = try channel(shared)
+        try honest.writeInbound(head(contentLength: 100))
+        try honest.writeInbound(body(100))
+        try honest.writeInbound(HTTPRequestPart.end(nil))
+        #expect(try honest.readOutbound(as: HTTPResponsePart.self) == nil)  // no refusal
+        #expect(shared.budget.inUse == 100)
+        #expect(shared.metrics.value(.bodyBudgetExhausted) == 0)
+    }
+
+    @Test func aBodyWithinItsConnectionsShareFitsWhenThePoolIsFull() throws {
+        // 400 bytes over 10 connections: 10 bytes of each connection's own, 300 pooled.
+        let shared = shared(maxBody: 100, budget: 400, maxConnections: 10)
+        #expect(shared.budget.share == 10 && shared.budget.poolCapacity == 300)
+        var holders = [EmbeddedChannel]()
+        for size in [100, 100, 100, 40] {
+            let channel = try channel(shared)
+            try channel.writeInbound(head(contentLength: 100))
+            try channel.writeInbound(body(size))
+            holders.append(channel)
+        }
+        #expect(shared.budget.poolInUse == 300 && shared.budget.inUse == 340)
+        // 10 bytes come from the connection's own share: served though the pool is full.
+        let small = try channel(shared)
+        try small.writeInbound(head(contentLength: 10))
+        try small.writeInbound(body(10))
+        try small.writeInbound(HTTPRequestPart.end(nil))
+        #expect(try small.readOutbound(as: HTTPResponsePart.self) == nil)
+        // 11 need one pooled byte: refused.
+        let larger = try channel(shared)
+        try larger.writeInbound(head(contentLength: 11))
+        #expect(throws: RequestCut.self) { try larger.writeInbound(body(11)) }
+        #expect(try refusal(larger)?.0 == 429)
+        #expect(shared.budget.inUse == 350)
+    }
+
+    @Test func theRestOfABodyAnsweredBeforeItWasReadIsPassedOnUncharged() throws {
+        // Hummingbird answers /health without reading a body, then discards the rest of it.
+        let shared = shared()
+        let channel = try channel(shared)
+        try channel.writeInbound(head(contentLength: nil))
+        try channel.writeInbound(body(10))
+        try respond(channel)
+        #expect(shared.budget.inUse == 0)
+        try channel.writeInbound(body(20))  // before the fix: an index out of range (a crash)
+        try channel.writeInbound(HTTPRequestPart.end(nil))
+        #expect(shared.budget.inUse == 0)
+        #expect(channel.isActive)
+        // Past --max-body-bytes it is cut, without a second answer.
+        try channel.writeInbound(head(contentLength: nil))
+        try respond(channel)
+        #expect(throws: RequestCut.self) { try channel.writeInbound(body(150)) }
+        #expect(try channel.readOutbound(as: HTTPResponsePart.self) == nil)
+        #expect(!channel.isActive)
+    }
+
+    @Test func atTheLimitTheLongestIdleThenTheOldestReceivingMakesRoomButNoBusyOne() {
+        let registry = ConnectionRegistry(maximum: 3)
+        let a = EmbeddedChannel(), b = EmbeddedChannel(), c = EmbeddedChannel(), d = EmbeddedChannel(), e = EmbeddedChannel()
+        guard case .admitted = registry.admit(a), case .admitted = registry.admit(b), case .admitted = registry.admit(c) else {
+            Issue.record("not admitted")
+            return
+        }
+        let t = ContinuousClock.now
+        registry.update(a, .receiving(since: t - .seconds(30)))
+        registry.update(b, .idle(since: t - .seconds(1)))
+        registry.update(c, .receiving(since: t - .seconds(60)))
+        // An idle connection goes first, however long ago the others' requests started.
+        guard case .admittedEvicting(let first, let wasReceiving) = registry.admit(d) else { Issue.record("no room made"); return }
+        #expect(first === b && !wasReceiving)
+        registry.update(d, .busy)
+        // Then the one whose unfinished request started the longest ago.
+        guard case .admittedEvicting(let second, true) = registry.admit(e) else { Issue.record("no room made"); return }
+        #expect(second === c)
+        registry.update(e, .busy)
+        guard case .admittedEvicting(let third, true) = registry.admit(EmbeddedChannel()) else { Issue.record("no room made"); return }
+        #expect(third === a)
+        #expect(registry.counts == (idle: 1, receiving: 0, busy: 2))
+    }
+
+    @Test func aConnectionIsRefusedOnlyWhenEveryConnectionHasARequestReadAndInProgress() throws {
+        let shared = shared(maxConnections: 2)
+        let registry = shared.connections
+        // One receiving a body that never comes, one whose request was read and is being handled.
+        let waiting = try channel(shared), handled = try channel(shared)
+        #expect(states(registry) == [2, 0, 0])
+        try waiting.writeInbound(head(contentLength: 1))
+        try handled.writeInbound(head(contentLength: 0))
+        #expect(states(registry) == [0, 2, 0])
+        try handled.writeInbound(HTTPRequestPart.end(nil))
+        #expect(states(registry) == [0, 1, 1])
+        // A newcomer takes the place of the one still receiving (before the fix: refused).
+        let newcomer = try channel(shared)
+        #expect(!waiting.isActive)
+        #expect(newcomer.isActive && handled.isActive)
+        #expect(shared.metrics.value(.connectionEvicted) == 1)
+        try newcomer.writeInbound(head(contentLength: 0))
+        try newcomer.writeInbound(HTTPRequestPart.end(nil))
+        #expect(states(registry) == [0, 0, 2])
+        // Both are busy: the next one is closed at once.
+        let refused = try channel(shared)
+        #expect(!refused.isActive && handled.isActive && newcomer.isActive)
+        #expect(shared.metrics.value(.connectionRefused) == 1)
+        // A response being written keeps a connection busy until its end; then it is idle.
+        try handled.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
+        #expect(states(registry) == [0, 0, 2])
+        try handled.writeOutbound(HTTPResponsePart.end(nil))
+        #expect(states(registry) == [1, 0, 1])
+        let last = try channel(shared)
+        #expect(last.isActive && !handled.isActive && newcomer.isActive)
+    }
+
+    @Test func aRequestHeadStillArrivingCountsAsReceiving() throws {
+        // ConnectionGuard alone, on raw bytes (no HTTP decoder, no RequestGuard).
+        let shared = shared()
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(ConnectionGuard(shared: shared, logger: Logger(label: "test")))
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        #expect(states(shared.connections) == [1, 0, 0])
+        try channel.writeInbound(ByteBuffer(string: "GET /he"))
+        #expect(states(shared.connections) == [0, 1, 0])
+        // It is still cut at the header timeout.
+        channel.embeddedEventLoop.advanceTime(by: .seconds(11))
+        #expect(!channel.isActive)
+        #expect(states(shared.connections) == [0, 0, 0])
     }
 
     @Test func aHeadThatDoesNotArriveInTimeClosesTheConnection() throws {

@@ -242,6 +242,56 @@ def close_all(socks):
             s.close()
 
 
+def _tcp_queues():
+    """{(local port, remote port): (send queue, receive queue)} of this host's TCP sockets on
+    loopback, from /proc/net/tcp and tcp6."""
+    out = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(name) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                local, remote, queues = fields[1], fields[2], fields[4]
+                tx, _, rx = queues.partition(":")
+                key = (int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16))
+                out[key] = (int(tx, 16), int(rx, 16))
+    return out
+
+
+def unread_by_server(port, socks):
+    """For each of `socks` (connected to the server on `port`), the bytes it sent that the
+    server process has not read yet: what is still in its own send queue plus what waits in
+    the server side's receive queue (from /proc/net/tcp). 0 once the server has read it all
+    (or closed the connection). A connection the server has not accepted yet still has its
+    bytes in the server side's receive queue."""
+    queues = _tcp_queues()
+    out = []
+    for s in socks:
+        try:
+            mine = s.getsockname()[1]
+        except OSError:
+            out.append(0)           # closed on this side
+            continue
+        client = queues.get((mine, port))
+        server = queues.get((port, mine))
+        out.append((client[0] if client else 0) + (server[1] if server else 0))
+    return out
+
+
+def wait_read_by_server(port, socks, seconds=10):
+    """Polls /proc/net/tcp until the server process has read every byte `socks` sent (the
+    server reads a connection's bytes and runs them through its handlers in one event-loop
+    turn, so its guards have seen them too); fails after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = unread_by_server(port, socks)
+        if not any(left):
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"the server did not read what was sent within {seconds} s: unread bytes {left}")
+        ready([], 0.01)
+
+
 # --------------------------------------------------------------------------------------------
 # Attacks
 

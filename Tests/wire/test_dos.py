@@ -7,8 +7,10 @@ large bodies held open. Each test runs its own server with small limits:
     --body-timeout S        a request body must be complete within S seconds of its head
     --max-connections N     connections beyond N are closed at once after accept
     --max-body-bytes N      a larger declared body is refused before it is read
-    --max-buffered-body-bytes N  while the bodies being buffered would exceed N bytes, further
-                            requests get 429 TooManyRequestsException
+    --max-buffered-body-bytes N  body bytes are counted as they arrive (a declared length takes
+                            nothing); a request whose arriving bytes would pass N gets 429
+                            TooManyRequestsException, except within each connection's share
+                            (a quarter of N split over --max-connections)
 
 Every wait is on a socket with a timeout or a condition polled against a deadline (see
 dos_attacks.py, shared with tools/attack).
@@ -241,6 +243,11 @@ def test_the_connection_limit_evicts_the_longest_idle(tmp_root):
 # -- (e) large bodies held open ----------------------------------------------------------------
 
 def test_large_bodies_held_open_are_bounded(tmp_root):
+    """32 bodies of 8 MiB sent round-robin up to one byte short, against a 32 MiB budget. The
+    budget is taken as bytes arrive, so the 429s come while the bodies are being sent (each
+    refused connection had sent some of its body; none is refused for its declared length), as
+    the pool fills; each refusal gives its bytes back to the others, until at most
+    budget / max_body bodies are held."""
     max_body, budget, count = 8 * MiB, 32 * MiB, 32
     server = serve(tmp_root, "dos-large-bodies", "--max-body-bytes", str(max_body),
                    "--max-buffered-body-bytes", str(budget))
@@ -273,6 +280,8 @@ def test_large_bodies_held_open_are_bounded(tmp_root):
             f"only {len(refused)} requests got 429 (and {len(result.closed)} were closed); with a budget of "
             f"{budget / MiB:.0f} MiB at least {wanted} of {count} must be refused: {summary}")
         assert refused, f"no request got 429: {summary}"
+        assert all(result.sent[i] > 0 for i in refused), \
+            f"requests were refused before they sent a byte of their bodies (by declared length): {summary}"
         assert all(status == 429 and kind == "TooManyRequestsException" for status, kind in result.answers.values()), \
             f"early answers other than 429 TooManyRequestsException: {result.answers}"
         # The budget comes back: a request with a 2 MiB body is judged on its content again (not
@@ -318,3 +327,131 @@ def test_oversize_body_is_refused_before_it_is_read(tmp_root, variant):
         finally:
             s.close()
         assert dos.health(server.port)[0] == 200
+
+
+# -- (g) bodies declared but not sent ------------------------------------------------------------
+
+def declared_head(port, path, length):
+    """An unsigned POST head declaring a `length`-byte body (which it never sends): anyone can
+    send it, and the server must wait for the body before it can judge the request."""
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/x-amz-json-1.1\r\n"
+            f"Content-Length: {length}\r\n\r\n").encode()
+
+
+def answered(sock):
+    """The status of an answer waiting on `sock`, "closed" when the server closed it, None when
+    nothing came."""
+    readable, _ = dos.ready([sock], 0)
+    if not readable:
+        return None
+    try:
+        return dos.read_response(sock, time.monotonic() + 2)[0]
+    except (ConnectionError, TimeoutError):
+        return "closed"
+
+
+def transport_metric(server, sample):
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{sample} is not in /metrics")
+
+
+def test_bodies_declared_and_never_sent_do_not_take_the_budget(tmp_root):
+    """Connections that declare the largest body and send nothing hold none of
+    --max-buffered-body-bytes (it is taken as bytes arrive): a signed UpdateRecords from boto3
+    still succeeds. Before, each head took its declared length at once, and four of them
+    pinned the whole budget for --body-timeout: everyone else got 429."""
+    max_body, count = 1 * MiB, 16
+    server = serve(tmp_root, "dos-declared", "--max-body-bytes", str(max_body),
+                   "--max-buffered-body-bytes", str(4 * max_body), "--body-timeout", "60", "--header-timeout", "60")
+    with running(server):
+        pool, identity = new_id(), new_id()
+        path = dos.update_records_path(pool, identity, "d")
+        attackers = [dos.connect(server.port) for _ in range(count)]
+        try:
+            for s in attackers:
+                s.sendall(declared_head(server.port, path, max_body))
+            dos.wait_read_by_server(server.port, attackers)
+            # Anyone's UpdateRecords (here the identity's own, with boto3 and no retries).
+            honest = conftest.Dataset(server.client_for(server.mint(pool, identity)), pool, identity)
+            honest.put("d", {"k": "v"})
+            assert honest.records("d") == {"k": ("v", 1)}
+            answers = [answered(s) for s in attackers]
+            assert answers == [None] * count, f"the declared bodies were answered or closed: {answers}"
+            assert transport_metric(server, "syncledger_http_buffered_body_bytes") == 0
+            assert transport_metric(server, 'syncledger_http_connections_by_state{state="receiving"}') == count
+        finally:
+            dos.close_all(attackers)
+
+
+def test_connections_waiting_for_their_bodies_do_not_lock_out_health(tmp_root):
+    """--max-connections sockets each send a head declaring a 1-byte body and never send it.
+    They are still receiving, not busy: a new connection takes the place of the one whose
+    request started the longest ago, round after round. Before, they counted as busy and every
+    new connection — /health too — was closed at once until --body-timeout."""
+    limit = 8
+    server = serve(tmp_root, "dos-declared-connections", "--max-connections", str(limit), "--body-timeout", "60",
+                   "--header-timeout", "60", "--idle-timeout", "60")
+    with running(server):
+        attackers = []
+        try:
+            for _ in range(limit):      # one at a time, so that their requests start in this order
+                s = dos.connect(server.port)
+                s.sendall(declared_head(server.port, "/segments", 1))
+                dos.wait_read_by_server(server.port, [s])
+                attackers.append(s)
+            status, _ = dos.health(server.port)
+            assert status == 200, f"GET /health with {limit} connections waiting for 1-byte bodies: {status}"
+            times = dos.wait_closed(attackers[:1], 5)
+            assert times[0] is not None, "the connection whose request started the longest ago was not closed to make room"
+            # The attacker reconnects and repeats (if the server still holds the first probe, it
+            # makes room in its place: idle goes first): the next-oldest makes room this time.
+            again = dos.connect(server.port)
+            attackers.append(again)
+            again.sendall(declared_head(server.port, "/segments", 1))
+            dos.wait_read_by_server(server.port, [again])
+            status, _ = dos.health(server.port)
+            assert status == 200, f"GET /health after the attacker reconnected: {status}"
+            times = dos.wait_closed(attackers[1:2], 5)
+            assert times[0] is not None, "the connection whose request started the longest ago was not closed to make room"
+            still = [i for i, s in enumerate(attackers) if not dos.poll_closed(s)]
+            assert still == list(range(2, limit + 1)), f"open: {still}"
+            assert transport_metric(server, 'syncledger_http_refusals_total{reason="connection_refused"}') == 0
+            assert transport_metric(server, 'syncledger_http_refusals_total{reason="connection_evicted"}') >= 2
+        finally:
+            dos.close_all(attackers)
+
+
+def test_bodies_that_fill_the_pool_leave_each_connection_its_share(tmp_root):
+    """Connections that do send their bodies (one byte short) take what they send, up to the
+    pool; past it they get 429. A quarter of the budget is set apart in equal shares per
+    connection, so an ordinary UpdateRecords still fits in its own. (Without the shares, these
+    eight bodies fit the 8 MiB budget to within 8 bytes and every other body got 429.)"""
+    max_body, budget, connections, count = 1 * MiB, 8 * MiB, 64, 8
+    server = serve(tmp_root, "dos-pool", "--max-body-bytes", str(max_body), "--max-buffered-body-bytes", str(budget),
+                   "--max-connections", str(connections), "--body-timeout", "60", "--header-timeout", "60")
+    with running(server):
+        capacity = transport_metric(server, "syncledger_http_buffered_body_pool_capacity_bytes")
+        share = (budget - capacity) // connections
+        assert share >= 16 * 1024 and count * (max_body - 1 - share) > capacity
+        pool, identity = new_id(), new_id()
+        path = dos.update_records_path(pool, identity, "d")
+        attackers = [dos.connect(server.port) for _ in range(count)]
+        try:
+            for s in attackers:
+                s.sendall(declared_head(server.port, path, max_body))
+                with contextlib.suppress(OSError):   # refused: the server stops reading after a while
+                    s.sendall(b"{" * (max_body - 1))
+            dos.wait_read_by_server(server.port, attackers)
+            answers = [answered(s) for s in attackers]
+            refused = [a for a in answers if a is not None]
+            assert refused and all(a in (429, "closed") for a in refused), answers
+            assert len(refused) < count, answers
+            assert transport_metric(server, "syncledger_http_buffered_body_pool_bytes") > capacity - max_body
+            honest = conftest.Dataset(server.client_for(server.mint(pool, identity)), pool, identity)
+            honest.put("d", {"k": "v" * 1000})
+            assert honest.records("d") == {"k": ("v" * 1000, 1)}
+        finally:
+            dos.close_all(attackers)
+        assert wait_until(lambda: transport_metric(server, "syncledger_http_buffered_body_bytes") == 0, 5)

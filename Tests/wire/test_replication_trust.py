@@ -9,6 +9,7 @@ import os
 import shutil
 import threading
 import time
+import unicodedata
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from conftest import ADMIN_SECRET, Dataset, expect_error, new_id, start_server
@@ -290,3 +291,38 @@ def test_an_identity_reaches_a_follower_with_a_credential_minted_on_the_follower
     finally:
         follower.stop()
         leader.stop()
+
+
+def test_a_leaders_error_body_is_logged_and_shown_without_control_characters(tmp_root):
+    """The body of an error answer comes before anything authenticates it: the follower keeps
+    up to 300 bytes of it for its log and its digest, with every control or format character
+    (newlines, escapes, a right-to-left override, NUL) made a space, so that it cannot forge
+    log lines or restyle a terminal."""
+    leader = start_server(tmp_root, "ctl-leader", ["--fast"])
+    proxy = Proxy(leader.port)
+    follower = start_server(tmp_root, "ctl-follower", ["--fast", "--follow", proxy.url, "--follow-wait", "1"])
+    forged = ("\x1b[2J\x1b[31mboom\r\n2026-01-01T00:00:00+0000 critical syncledger: forged=line\u202egnol\x00\x07"
+              "\u2028end\x85").encode()
+    try:
+        proxy.tamper = lambda status, headers, content: (503, {"content-type": "text/plain"}, forged)
+
+        def logged():
+            with open(follower.log_path, "rb") as log:
+                return b"forged=line" in log.read()
+
+        wait_until(lambda: replication_errors(follower, "leader_error") >= 1 and logged(),
+                   what="the leader's error answer to be counted and logged")
+        state = digest(follower)
+        assert state["LastErrorReason"] == "leader_error", state
+        message = state["LastError"]
+        assert "503" in message and "boom" in message and "forged=line" in message and "end" in message, message
+        assert not [c for c in message if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")], repr(message)
+        with open(follower.log_path, "rb") as log:
+            text = log.read()
+        for bad in (b"\x1b", b"\x00", b"\x07", "\u202e".encode(), "\u2028".encode(), "\x85".encode()):
+            assert bad not in text, (bad, text[-2000:])
+        assert not [line for line in text.split(b"\n") if line.lstrip(b"\r").startswith(b"2026-01-01T00:00:00+0000 critical")]
+    finally:
+        follower.stop()
+        leader.stop()
+        proxy.close()

@@ -12,10 +12,14 @@ struct RequestCut: Error, CustomStringConvertible {
 /// long (`--header-timeout`, `--body-timeout`), which defeats slowloris-style clients.
 ///
 /// It sees raw bytes, so it knows when a request *starts* arriving; ``RequestGuard``, after the
-/// HTTP decoder, tells it when a head is complete and when a request has been read. The clock
-/// of the first request starts when the connection opens; that of a later request with its
-/// first byte. Between requests the connection is idle, and Hummingbird's idle timeout
-/// (`--idle-timeout`) applies.
+/// HTTP decoder, tells it when a head is complete, when a request has been read, and whether a
+/// request read to its end (or a response) is in progress. The clock of the first request
+/// starts when the connection opens; that of a later request with its first byte. Between
+/// requests the connection is idle, and Hummingbird's idle timeout (`--idle-timeout`) applies.
+///
+/// It keeps the connection's entry in the ``ConnectionRegistry`` current: idle, receiving (a
+/// request's first byte came, its body is not complete) or busy (a request read to its end is
+/// being handled or answered) — which decides who is evicted at the limit.
 final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -51,6 +55,14 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     private var context: ChannelHandlerContext?
     private var activated = false
     private var admitted = false
+    /// When the first byte of the request being received came; nil: none is arriving.
+    private var receivingSince: ContinuousClock.Instant?
+    /// Whether a request read to its end is being handled, or a response written (RequestGuard).
+    private var busy = false
+    /// Since when the connection has had no request in progress.
+    private var idleSince = ContinuousClock.now
+    /// The state last given to the registry.
+    private var published: ConnectionRegistry.State?
 
     init(shared: TransportShared, logger: Logger) {
         self.shared = shared
@@ -92,10 +104,11 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         case .admitted:
             admitted = true
             arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
-        case .admittedEvicting(let victim):
+        case .admittedEvicting(let victim, let wasReceiving):
             admitted = true
             shared.metrics.count(.connectionEvicted)
-            logger.debug("connection limit reached: closed the longest-idle connection", metadata: ["max_connections": "\(shared.connections.maximum)"])
+            let which = wasReceiving ? "the connection whose unfinished request started the longest ago" : "the longest-idle connection"
+            logger.debug("connection limit reached: closed \(which)", metadata: ["max_connections": "\(shared.connections.maximum)"])
             victim.close(promise: nil)
             arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
         case .refused:
@@ -119,6 +132,10 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         default:
             break
         }
+        if receivingSince == nil {
+            receivingSince = .now
+            publish()
+        }
         context.fireChannelRead(data)
     }
 
@@ -138,13 +155,45 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         guard case .awaitingHead = phase else { return }
         phase = .readingBody
         arm(after: shared.limits.bodyTimeout, reason: .bodyTimeout)
+        if receivingSince == nil {
+            // Its bytes came in the read that ended the request before (pipelined).
+            receivingSince = .now
+            publish()
+        }
     }
 
-    /// A request was read to its end: the connection waits for the next one (idle).
+    /// A request was read to its end: the connection waits for the next one.
     func requestEnded() {
         guard case .readingBody = phase else { return }
         phase = .awaitingHead(started: false)
         disarm()
+        receivingSince = nil
+        publish()
+    }
+
+    /// Whether a request read to its end is being handled, or a response is being written:
+    /// while it is, the connection is never evicted.
+    func setBusy(_ busy: Bool) {
+        guard busy != self.busy else { return }
+        self.busy = busy
+        if !busy { idleSince = .now }
+        publish()
+    }
+
+    /// Gives the registry the connection's state, when it changed.
+    private func publish() {
+        guard admitted, let context, phase.isOpen else { return }
+        let state: ConnectionRegistry.State
+        if busy {
+            state = .busy
+        } else if let receivingSince {
+            state = .receiving(since: receivingSince)
+        } else {
+            state = .idle(since: idleSince)
+        }
+        guard state != published else { return }
+        published = state
+        shared.connections.update(context.channel, state)
     }
 
     /// A refusal was written: stop sending, read and discard what the client still sends for
@@ -152,6 +201,9 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     func linger() {
         guard let context, phase.isOpen else { return }
         phase = .lingering
+        // Closing soon, and nothing more is served: the first to make room.
+        published = .idle(since: idleSince)
+        shared.connections.update(context.channel, .idle(since: idleSince))
         let promise = context.eventLoop.makePromise(of: Void.self)
         context.close(mode: .output, promise: promise)
         promise.futureResult.assumeIsolated().whenFailure { [weak self] _ in self?.close() }  // e.g. TLS: no half-close

@@ -42,8 +42,17 @@ final class TransportMetrics: Sendable {
         let snapshot = counts.withLock { $0 }
         var out = "# HELP syncledger_http_connections Open HTTP connections.\n# TYPE syncledger_http_connections gauge\n"
         out += "syncledger_http_connections \(connections.open)\n"
-        out += "# HELP syncledger_http_buffered_body_bytes Request-body bytes being buffered now.\n# TYPE syncledger_http_buffered_body_bytes gauge\n"
+        let states = connections.counts
+        out += "# HELP syncledger_http_connections_by_state Open HTTP connections: idle (no request in progress), receiving (a request head or body arriving), busy (a request read and being handled, or its response being written).\n# TYPE syncledger_http_connections_by_state gauge\n"
+        out += "syncledger_http_connections_by_state{state=\"idle\"} \(states.idle)\n"
+        out += "syncledger_http_connections_by_state{state=\"receiving\"} \(states.receiving)\n"
+        out += "syncledger_http_connections_by_state{state=\"busy\"} \(states.busy)\n"
+        out += "# HELP syncledger_http_buffered_body_bytes Request-body bytes received and being buffered now.\n# TYPE syncledger_http_buffered_body_bytes gauge\n"
         out += "syncledger_http_buffered_body_bytes \(budget.inUse)\n"
+        out += "# HELP syncledger_http_buffered_body_pool_bytes Of those, the bytes held beyond each connection's own share, from the common pool.\n# TYPE syncledger_http_buffered_body_pool_bytes gauge\n"
+        out += "syncledger_http_buffered_body_pool_bytes \(budget.poolInUse)\n"
+        out += "# HELP syncledger_http_buffered_body_pool_capacity_bytes The common pool's size: --max-buffered-body-bytes less every connection's share.\n# TYPE syncledger_http_buffered_body_pool_capacity_bytes gauge\n"
+        out += "syncledger_http_buffered_body_pool_capacity_bytes \(budget.poolCapacity)\n"
         out += "# HELP syncledger_http_refusals_total Connections and requests the transport refused or cut, by reason.\n# TYPE syncledger_http_refusals_total counter\n"
         for event in Event.allCases {
             out += "syncledger_http_refusals_total{reason=\"\(event.rawValue)\"} \(snapshot[event] ?? 0)\n"
@@ -52,25 +61,39 @@ final class TransportMetrics: Sendable {
     }
 }
 
-/// The open connections, bounded by `--max-connections`.
+/// The open connections, bounded by `--max-connections`, and what each is doing.
 ///
-/// When a connection arrives at the limit, the connection that has waited longest for a request
-/// (no request in progress: idle keep-alive, or a head still arriving) is closed to make room;
-/// only when every connection has a request in progress is the new one closed at once. Idle
-/// sockets can therefore never lock clients out — `/health` answers under any number of them —
-/// and a request in progress is never cut for a newcomer.
+/// A connection is *busy* while it has a request that was read to its end and is being
+/// handled, or a response being written; otherwise it is *idle* (no request in progress: a new
+/// connection that has sent nothing, or keep-alive between requests) or *receiving* (a request
+/// head or body has started to arrive but is not complete). When a connection arrives at the
+/// limit, the longest-idle connection is closed to make room, else the receiving connection
+/// whose request started the longest ago; only when every connection is busy is the new one
+/// closed at once. Neither idle sockets nor sockets that declare a body and never send it can
+/// therefore lock clients out — `/health` answers under any number of them — and a request
+/// that was read and is being handled is never cut for a newcomer.
 final class ConnectionRegistry: Sendable {
+    /// What a connection is doing, as far as eviction is concerned.
+    enum State: Equatable, Sendable {
+        /// No request in progress, since then.
+        case idle(since: ContinuousClock.Instant)
+        /// A request head or body is arriving; its first byte came then.
+        case receiving(since: ContinuousClock.Instant)
+        /// A request read to its end is being handled, or a response is being written.
+        case busy
+    }
+
     private struct Entry {
         let channel: any Channel
-        /// When it last became free of requests; nil while a request is in progress.
-        var idleSince: ContinuousClock.Instant?
+        var state: State
     }
 
     /// What ``admit(_:)`` decided.
     enum Admission {
         case admitted
-        /// Admitted in place of this connection, which the caller closes.
-        case admittedEvicting(any Channel)
+        /// Admitted in place of this connection, which the caller closes; `wasReceiving`: the
+        /// evicted connection had a request arriving (no connection was idle).
+        case admittedEvicting(any Channel, wasReceiving: Bool)
         case refused
     }
 
@@ -83,32 +106,56 @@ final class ConnectionRegistry: Sendable {
     /// Open connections now.
     var open: Int { entries.withLock { $0.count } }
 
-    /// Registers a new connection, making room by evicting the longest-idle one when full.
+    /// Open connections now by state: idle, receiving, busy.
+    var counts: (idle: Int, receiving: Int, busy: Int) {
+        entries.withLock { entries in
+            var counts = (idle: 0, receiving: 0, busy: 0)
+            for entry in entries.values {
+                switch entry.state {
+                case .idle: counts.idle += 1
+                case .receiving: counts.receiving += 1
+                case .busy: counts.busy += 1
+                }
+            }
+            return counts
+        }
+    }
+
+    /// Registers a new connection (idle from now), making room when full by evicting the
+    /// longest-idle connection, else the one whose incomplete request started the longest ago.
     func admit(_ channel: any Channel) -> Admission {
         let id = ObjectIdentifier(channel)
+        let now = ContinuousClock.now
         return entries.withLock { entries in
-            let entry = Entry(channel: channel, idleSince: .now)
+            let entry = Entry(channel: channel, state: .idle(since: now))
             if entries.count < maximum {
                 entries[id] = entry
                 return .admitted
             }
-            var victim: (ObjectIdentifier, ContinuousClock.Instant)?
+            var idle: (ObjectIdentifier, ContinuousClock.Instant)?
+            var receiving: (ObjectIdentifier, ContinuousClock.Instant)?
             for (key, candidate) in entries {
-                guard let since = candidate.idleSince else { continue }
-                if victim == nil || since < victim!.1 { victim = (key, since) }
+                switch candidate.state {
+                case .idle(let since):
+                    if idle == nil || since < idle!.1 { idle = (key, since) }
+                case .receiving(let since):
+                    if receiving == nil || since < receiving!.1 { receiving = (key, since) }
+                case .busy:
+                    continue
+                }
             }
-            guard let (victimID, _) = victim, let evicted = entries.removeValue(forKey: victimID) else { return .refused }
+            guard let (victimID, _) = idle ?? receiving, let evicted = entries.removeValue(forKey: victimID) else { return .refused }
             entries[id] = entry
-            return .admittedEvicting(evicted.channel)
+            return .admittedEvicting(evicted.channel, wasReceiving: idle == nil)
         }
     }
 
-    /// Marks a connection as serving a request (`busy`) or free of requests.
-    func setBusy(_ channel: any Channel, _ busy: Bool) {
+    /// Records what a connection is doing now (nothing if it was evicted or never admitted).
+    func update(_ channel: any Channel, _ state: State) {
         let id = ObjectIdentifier(channel)
         entries.withLock { entries in
             guard entries[id] != nil else { return }
-            entries[id]!.idleSince = busy ? nil : .now
+            entries[id]!.state = state
         }
     }
 
@@ -119,35 +166,75 @@ final class ConnectionRegistry: Sendable {
     }
 }
 
-/// The global budget of request-body bytes buffered at once (`--max-buffered-body-bytes`): a
-/// request takes its Content-Length (or each chunk as it arrives) before anything is buffered,
-/// and gives it back when its response is written. It bounds the memory a large-body attack
-/// can pin, whatever the number of connections.
+/// The global budget of request-body bytes buffered at once (`--max-buffered-body-bytes`).
+///
+/// Bytes are taken as they *arrive*, before they are passed on to be buffered, and given back
+/// when the request's response has been written or its connection closes: a connection holds
+/// only what it has sent, so declaring a large `Content-Length` and sending nothing pins
+/// nothing. It bounds the memory a large-body attack can pin, whatever the number of
+/// connections.
+///
+/// A quarter of the budget (at most all of it less one largest body) is set apart in equal
+/// shares, one per connection the server may hold (`--max-connections`): the first
+/// ``share`` bytes a connection holds come from its own share, and always fit; only the bytes
+/// beyond it come from the common pool, first come first served, and are refused when it is
+/// full. The shares add up to no more than what was set apart, so the total stays within the
+/// budget; and however many connections fill the pool, a request whose body fits in one share
+/// (64 KiB with the defaults: any ordinary UpdateRecords) is never refused for want of budget.
 final class BodyBudget: Sendable {
     /// The budget in bytes.
     let capacity: Int
+    /// The bytes every connection may hold from its own share.
+    let share: Int
+    /// The bytes connections share beyond their own: `capacity` less every connection's share.
+    let poolCapacity: Int
+    private let pool = Atomic<Int>(0)
     private let used = Atomic<Int>(0)
 
-    init(capacity: Int) { self.capacity = capacity }
-
-    /// Bytes taken now.
-    var inUse: Int { used.load(ordering: .relaxed) }
-
-    /// Takes `bytes` if they fit in what is left; false (and nothing taken) otherwise.
-    func acquire(_ bytes: Int) -> Bool {
-        guard bytes > 0 else { return true }
-        var current = used.load(ordering: .relaxed)
-        while true {
-            guard bytes <= capacity - current else { return false }
-            let (exchanged, original) = used.compareExchange(expected: current, desired: current + bytes, ordering: .relaxed)
-            if exchanged { return true }
-            current = original
-        }
+    /// - Parameters:
+    ///   - connections: the most connections open at once (one share each).
+    ///   - largestBody: `--max-body-bytes`; the pool always fits one body this large.
+    init(capacity: Int, connections: Int = 1, largestBody: Int = 0) {
+        self.capacity = capacity
+        let connections = max(1, connections)
+        let share = max(0, min(capacity / 4 / connections, (capacity - largestBody) / connections))
+        self.share = share
+        self.poolCapacity = capacity - share * connections
     }
 
-    /// Gives back bytes taken by ``acquire(_:)``.
-    func release(_ bytes: Int) {
-        if bytes > 0 { used.subtract(bytes, ordering: .relaxed) }
+    /// Bytes held now, over all connections.
+    var inUse: Int { used.load(ordering: .relaxed) }
+
+    /// Bytes of the common pool held now.
+    var poolInUse: Int { pool.load(ordering: .relaxed) }
+
+    /// What of `held` bytes a connection holds comes from the pool.
+    private func pooled(_ held: Int) -> Int { max(0, held - share) }
+
+    /// Takes `bytes` more for a connection that holds `held` bytes already, if they fit; false
+    /// (and nothing taken) otherwise.
+    func acquire(_ bytes: Int, holding held: Int) -> Bool {
+        guard bytes > 0 else { return true }
+        let fromPool = pooled(held + bytes) - pooled(held)
+        if fromPool > 0 {
+            var current = pool.load(ordering: .relaxed)
+            while true {
+                guard fromPool <= poolCapacity - current else { return false }
+                let (exchanged, original) = pool.compareExchange(expected: current, desired: current + fromPool, ordering: .relaxed)
+                if exchanged { break }
+                current = original
+            }
+        }
+        used.add(bytes, ordering: .relaxed)
+        return true
+    }
+
+    /// Gives back `bytes` of the `held` bytes a connection holds (taken by ``acquire(_:holding:)``).
+    func release(_ bytes: Int, holding held: Int) {
+        guard bytes > 0 else { return }
+        let toPool = pooled(held) - pooled(held - bytes)
+        if toPool > 0 { pool.subtract(toPool, ordering: .relaxed) }
+        used.subtract(bytes, ordering: .relaxed)
     }
 }
 

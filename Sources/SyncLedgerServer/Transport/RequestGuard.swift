@@ -8,11 +8,12 @@ import NIOHTTPTypes
 /// - a request whose `Content-Length` exceeds `--max-body-bytes` is answered 413 at once, its
 ///   body never read; a body without a length (chunked) is counted as it arrives and refused
 ///   when it passes the limit;
-/// - every body takes its bytes from the global ``BodyBudget`` before it is buffered (the
-///   whole `Content-Length` up front, or each chunk as it comes) and gives them back when its
-///   response has been written; a request that does not fit is answered 429 at once;
-/// - it tells ``ConnectionGuard`` when heads and bodies are complete (their timeouts), and the
-///   ``ConnectionRegistry`` whether a request is in progress (who may be evicted).
+/// - every body takes its bytes from the global ``BodyBudget`` as they arrive, before they are
+///   passed on to be buffered (a declared `Content-Length` takes nothing by itself), and gives
+///   them back when its response has been written or the connection closes; a request whose
+///   arriving bytes do not fit is answered 429 at once;
+/// - it tells ``ConnectionGuard`` when heads and bodies are complete (their timeouts), and
+///   whether a request read to its end, or a response, is in progress (who may be evicted).
 ///
 /// A refusal is written by this handler itself, with `connection: close`, after the responses
 /// still owed to earlier (pipelined) requests; then the connection lingers and closes.
@@ -34,12 +35,22 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private let connection: ConnectionGuard
     private let shared: TransportShared
     private let logger: Logger
-    /// Budget bytes held per request whose response has not been written yet, oldest first.
-    private var held: [Int] = []
+    /// Budget bytes held per request passed on whose response has not been written yet,
+    /// oldest first; the last is the request being read when ``readingOwed``.
+    private var owed: [Int] = []
+    /// Budget bytes held over all of ``owed``.
+    private var holding = 0
+    /// Whether a request's head was passed on and its end not yet read.
+    private var reading = false
+    /// Whether the request being read is still owed its response (the last of ``owed``); false
+    /// once it was answered before its body was read (its remaining bytes are discarded).
+    private var readingOwed = false
     /// Body bytes of the request being read.
     private var bodyBytes = 0
-    /// Whether the request being read has no Content-Length (its chunks are budgeted as they come).
+    /// Whether the request being read has no Content-Length (its size is checked as it comes).
     private var counting = false
+    /// Whether a response head was written and its end not yet.
+    private var responding = false
     /// Set once a request was refused: inbound parts are dropped from then on.
     private var refusal: Refusal?
     private var refusalWritten = false
@@ -51,8 +62,20 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        for bytes in held { shared.budget.release(bytes) }
-        held.removeAll()
+        releaseAll()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        releaseAll()
+        context.fireChannelInactive()
+    }
+
+    /// The connection closed: everything it held goes back.
+    private func releaseAll() {
+        shared.budget.release(holding, holding: holding)
+        holding = 0
+        owed.removeAll()
+        readingOwed = false
     }
 
     // MARK: Inbound
@@ -70,21 +93,17 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
                            "the request body of \(length) bytes exceeds the limit of \(limit) bytes (--max-body-bytes)", headForwarded: false)
                     return
                 }
-                guard shared.budget.acquire(length) else {
-                    refuse(context, 429, "TooManyRequestsException", .bodyBudgetExhausted,
-                           "the server is buffering too many request bodies at once; retry later", headForwarded: false)
-                    return
-                }
                 counting = false
-                held.append(length)
             } else {
                 counting = true
-                held.append(0)
             }
-            if held.count == 1 { shared.connections.setBusy(context.channel, true) }
+            reading = true
+            readingOwed = true
+            owed.append(0)
             context.fireChannelRead(data)
         case .body(let chunk):
-            bodyBytes += chunk.readableBytes
+            let bytes = chunk.readableBytes
+            bodyBytes += bytes
             if counting {
                 let limit = shared.limits.maxBodyBytes
                 guard bodyBytes <= limit else {
@@ -92,18 +111,31 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
                            "the request body exceeds the limit of \(limit) bytes (--max-body-bytes)", headForwarded: true)
                     return
                 }
-                guard shared.budget.acquire(chunk.readableBytes) else {
+            }
+            if readingOwed {
+                // Taken before the bytes are passed on to be buffered; given back with the response.
+                guard shared.budget.acquire(bytes, holding: holding) else {
                     refuse(context, 429, "TooManyRequestsException", .bodyBudgetExhausted,
                            "the server is buffering too many request bodies at once; retry later", headForwarded: true)
                     return
                 }
-                held[held.count - 1] += chunk.readableBytes
+                holding += bytes
+                owed[owed.count - 1] += bytes
             }
+            // Otherwise the request was answered already, and Hummingbird discards the rest of its body.
             context.fireChannelRead(data)
         case .end:
+            reading = false
+            readingOwed = false
             connection.requestEnded()
+            updateBusy()
             context.fireChannelRead(data)
         }
+    }
+
+    /// Busy: a request read to its end is owed its response, or a response is being written.
+    private func updateBusy() {
+        connection.setBusy(responding || owed.count > (readingOwed ? 1 : 0))
     }
 
     /// Refuses the request being read. When its head was already passed on, the handler
@@ -115,14 +147,26 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             "status": "\(status)", "reason": "\(event.rawValue)",
             "remote": "\(context.channel.remoteAddress.map { "\($0)" } ?? "-")",
         ])
-        var owed = held.count
-        if headForwarded, let last = held.popLast() {
-            shared.budget.release(last)
-            owed -= 1
+        if headForwarded, reading, !readingOwed {
+            // It was answered already (before its body was read): no second answer, just the end.
+            reading = false
+            refusal = Refusal(status: status, type: type, message: message, owedBefore: 0)
+            refusalWritten = true
+            context.fireErrorCaught(RequestCut(description: message))
+            context.close(promise: nil)
+            return
         }
-        refusal = Refusal(status: status, type: type, message: message, owedBefore: owed)
+        if headForwarded, readingOwed, let last = owed.popLast() {
+            // The request being read gets the refusal for an answer; its bytes go back.
+            shared.budget.release(last, holding: holding)
+            holding -= last
+        }
+        reading = false
+        readingOwed = false
+        let owedBefore = owed.count
+        refusal = Refusal(status: status, type: type, message: message, owedBefore: owedBefore)
         if headForwarded { context.fireErrorCaught(RequestCut(description: message)) }
-        if owed == 0 { writeRefusal(context) }
+        if owedBefore == 0 { writeRefusal(context) }
     }
 
     private func writeRefusal(_ context: ChannelHandlerContext) {
@@ -146,16 +190,17 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: Outbound
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let part = unwrapOutboundIn(data)
         if var pending = refusal {
             // Answers owed to earlier requests pass; after them, only the refusal is written.
             guard pending.owedBefore > 0 else {
                 promise?.fail(RequestCut(description: "the request was refused by the transport"))
                 return
             }
-            if case .end = unwrapOutboundIn(data) {
+            if case .end = part {
                 pending.owedBefore -= 1
                 refusal = pending
-                responseEnded(context)
+                responseEnded()
                 context.write(data, promise: promise)
                 if pending.owedBefore == 0 { writeRefusal(context) }
                 return
@@ -163,14 +208,28 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             context.write(data, promise: promise)
             return
         }
-        if case .end = unwrapOutboundIn(data) { responseEnded(context) }
+        switch part {
+        case .head(let head) where head.status.kind != .informational:
+            responding = true
+            updateBusy()
+        case .end:
+            responseEnded()
+        default:
+            break
+        }
         context.write(data, promise: promise)
     }
 
     /// A response was written: its request's budget goes back.
-    private func responseEnded(_ context: ChannelHandlerContext) {
-        guard !held.isEmpty else { return }
-        shared.budget.release(held.removeFirst())
-        if held.isEmpty { shared.connections.setBusy(context.channel, false) }
+    private func responseEnded() {
+        responding = false
+        if !owed.isEmpty {
+            let bytes = owed.removeFirst()
+            shared.budget.release(bytes, holding: holding)
+            holding -= bytes
+            // The request being read was the one answered: the rest of its body is discarded.
+            if owed.isEmpty { readingOwed = false }
+        }
+        updateBusy()
     }
 }
