@@ -1,4 +1,5 @@
 import Foundation
+import NIOPosix
 import Logging
 import SyncLedger
 import Synchronization
@@ -202,7 +203,10 @@ struct Follower: Sendable {
         }
         let report: MergeReport
         do {
-            report = try await ledger.mergeFromLeader(try ledger.decodeSegment(answer.body), leaderID: ledgerID)
+            // Checking a segment (SHA-256, zstd, every hash) is CPU work: off the cooperative pool.
+            let (ledger, body) = (self.ledger, answer.body)
+            let segment = try await NIOThreadPool.singleton.runIfActive { try ledger.decodeSegment(body) }
+            report = try await ledger.mergeFromLeader(segment, leaderID: ledgerID)
         } catch let error as LedgerError where error.code == .wrongLedger {
             throw ReplicationFailure(.wrongLedger, "\(error.message) (leader address \(client.url))")
         } catch let error as LedgerError where error.code != .closed && error.code != .diskFull && error.code != .storage {
