@@ -227,8 +227,8 @@ def new_entries(rng, first_offset, count, author=None):
     entries = []
     for i in range(count):
         events = []
-        for _ in range(rng.randint(1, 3)):
-            key = f"k{rng.randint(0, 7)}"
+        # Distinct keys: a change names each key once (as UpdateRecords' patches do).
+        for key in rng.sample([f"k{n}" for n in range(8)], rng.randint(1, 3)):
             if rng.random() < 0.15:
                 events.append(("remove", key))
             else:
