@@ -24,39 +24,17 @@ public func apply<View: DatasetView>(_ entry: LogEntry, to view: inout View) thr
         lastModifiedBy: by, deleted: false, lastDeleteSyncCount: 0)
     for event in entry.events {
         switch event {
-        case .put(let key, let value, let device):
+        case .put(let key, _, let device), .remove(let key, let device):
             if meta.deleted {
                 meta.deleted = false
                 meta.created = entry.time
             }
-            let old = try view.record(key)
-            if let old, let oldValue = old.value {
-                meta.bytes -= UInt64(key.utf8.count + oldValue.utf8.count)
-            } else {
-                meta.recordCount += 1
-                if old != nil {
-                    meta.tombstones -= 1
-                    meta.tombstoneBytes -= UInt64(key.utf8.count)
-                }
-            }
-            meta.bytes += UInt64(key.utf8.count + value.utf8.count)
+            let value: String? = if case .put(_, let value, _) = event { value } else { nil }
+            // Take out what the record counted for, then count it as it is now: a value in the
+            // records and bytes, a removed record in the markers and their key bytes.
+            if let old = try view.record(key) { meta.count(key: key, value: old.value, adding: false) }
+            meta.count(key: key, value: value, adding: true)
             try view.setRecord(key, RecordState(value: value, syncCount: entry.offset, lastModified: entry.time, lastModifiedBy: by, deviceModified: device))
-        case .remove(let key, let device):
-            if meta.deleted {
-                meta.deleted = false
-                meta.created = entry.time
-            }
-            let old = try view.record(key)
-            if let old, let oldValue = old.value {
-                meta.bytes -= UInt64(key.utf8.count + oldValue.utf8.count)
-                meta.recordCount -= 1
-                meta.tombstones += 1
-                meta.tombstoneBytes += UInt64(key.utf8.count)
-            } else if old == nil {
-                meta.tombstones += 1
-                meta.tombstoneBytes += UInt64(key.utf8.count)
-            }
-            try view.setRecord(key, RecordState(value: nil, syncCount: entry.offset, lastModified: entry.time, lastModifiedBy: by, deviceModified: device))
         case .deleteDataset:
             try view.removeAllRecords()
             meta.recordCount = 0
@@ -71,6 +49,20 @@ public func apply<View: DatasetView>(_ entry: LogEntry, to view: inout View) thr
     meta.lastModified = entry.time
     meta.lastModifiedBy = by
     view.dataset = meta
+}
+
+extension DatasetState {
+    /// Adds (or takes out) one record's share of the counts: a value counts in the records and
+    /// the bytes, a removed record (nil) in the markers and their key bytes.
+    mutating func count(key: String, value: String?, adding: Bool) {
+        if let value {
+            let size = UInt64(key.utf8.count + value.utf8.count)
+            if adding { recordCount += 1; bytes += size } else { recordCount -= 1; bytes -= size }
+        } else {
+            let size = UInt64(key.utf8.count)
+            if adding { tombstones += 1; tombstoneBytes += size } else { tombstones -= 1; tombstoneBytes -= size }
+        }
+    }
 }
 
 /// A record key compared byte for byte (UTF-8), as Cognito compares keys: `"é"` (U+00E9) and

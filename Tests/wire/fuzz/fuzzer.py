@@ -20,6 +20,7 @@ from .requests import (ALL_OPERATIONS, IDENTITY_LEVEL, REQUEST_TIMEOUT, Hang, No
                        serialize, to_json)
 from .segments import render_segment, stream_key
 from .valid_requests import Context, new_entries, valid_request
+from dos_attacks import proc_status  # noqa: E402  (one reader of /proc/PID/status)
 
 # --------------------------------------------------------------------------------------------
 # The fuzzer
@@ -445,15 +446,3 @@ class Fuzzer:
         for (kind, op, _), found in groups.items():
             lines.append(f"\n== {len(found)} x {kind} in {op}; first:\n" + found[0].describe())
         return "\n".join(lines)
-
-
-def proc_status(pid):
-    """VmRSS, VmHWM... of a process, in bytes."""
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            name, _, value = line.partition(":")
-            parts = value.split()
-            if len(parts) == 2 and parts[1] == "kB":
-                out[name] = int(parts[0]) * 1024
-    return out
