@@ -207,3 +207,15 @@ def test_secrets_can_live_outside_the_data_directory(tmp_root):
     finally:
         server.stop()
 
+
+
+def test_an_identity_pulls_at_most_a_mebibyte_at_a_time(server, admin, pool, identity):
+    d = Dataset(admin, pool, identity)
+    for i in range(5):
+        d.put("big", {"v": str(i) * 300_000})                 # five entries of ~300 KB
+    path = stream_path(pool, identity, "big")
+    as_identity = identity_credential(server, pool, identity)
+    mine = fz.Header.parse(server.raw("GET", path, query="after=0&maxBytes=67108864", **as_identity).content)
+    everything = fz.Header.parse(server.raw("GET", path, query="after=0&maxBytes=67108864").content)
+    assert everything.count == 5
+    assert mine.count < 5 and mine.plain_size < (1 << 20) + 310_000, (mine.count, mine.plain_size)
