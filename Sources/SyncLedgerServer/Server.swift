@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 public import SyncLedger
+import AsyncHTTPClient
 import Hummingbird
 import HummingbirdCore
 public import Logging
@@ -66,6 +67,8 @@ public struct ServerConfiguration: Sendable {
     public var followCA: String?
     /// How long the leader may hold a follower's pull that finds nothing new (at most 30 s).
     public var followWait: Duration = .seconds(20)
+    /// Push delivery: on unless turned off; a follower never delivers (its leader does).
+    public var push = PushOptions()
     /// Called once the server listens, with the bound port.
     public var onListening: @Sendable (Int) -> Void = { _ in }
 
@@ -99,6 +102,7 @@ public struct ServerConfiguration: Sendable {
             throw StartupError("--follow-ca is for an https:// leader (--follow https://HOST:PORT)")
         }
         guard followWait >= .zero, followWait <= CognitoAPI.maxFeedWait else { throw StartupError("--follow-wait must be 0 to 30 seconds") }
+        try push.validate()
     }
 
     /// Whether a URL's authority (after `scheme://`, up to the first `/`, `?` or `#`) has an
@@ -161,6 +165,8 @@ public enum SyncLedgerServer {
             api.followedLeader = client.url
             api.replication = status
         }
+        let push = try client == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
+        defer { if let push { Self.stopPush(push) } }
         let shared = TransportShared(
             limits: HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,
                                bodyTimeout: configuration.bodyTimeout, maxBodyBytes: configuration.maxBodyBytes),
@@ -170,7 +176,7 @@ public enum SyncLedgerServer {
         let handler = RequestHandler(
             api: api,
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication),
-            transport: shared, ledger: ledger, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
+            transport: shared, ledger: ledger, push: push?.service, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
         let onListening = configuration.onListening
         let host = configuration.host
         let listening = Atomic<Bool>(false)
@@ -189,17 +195,41 @@ public enum SyncLedgerServer {
             },
             logger: logger)
         let replication = follower.map { f in Task { await f.run() } }
+        let delivery = push.map { p in Task { await p.service.run() } }
         if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
         do {
             try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
         } catch {
             replication?.cancel()
             await replication?.value
+            delivery?.cancel()
+            await delivery?.value
             throw listening.load(ordering: .acquiring) ? error : Startup.describeBindError(error, host: configuration.host, port: configuration.port)
         }
         replication?.cancel()
         await replication?.value
+        delivery?.cancel()
+        await delivery?.value
         logger.info("stopped; closing the ledger")
+    }
+
+    /// The push outbox (`DATA/push`), its HTTP client and the delivery service.
+    private static func startPush(_ configuration: ServerConfiguration, ledger: Ledger, logger: Logger) throws -> (service: PushService, client: HTTPClient) {
+        let tls = try TLSFiles.pushClient(trusting: configuration.push.endpoints.caFile)
+        var http = HTTPClient.Configuration(tlsConfiguration: tls, timeout: .init(connect: .seconds(10), read: .seconds(20)))
+        http.httpVersion = .automatic
+        let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: http)
+        do {
+            let outbox = try PushOutbox(directory: ledger.directory + "/push", durable: ledger.options.durable)
+            return (try PushService(ledger: ledger, outbox: outbox, client: client, options: configuration.push, logger: logger), client)
+        } catch {
+            try? client.syncShutdown()
+            throw error
+        }
+    }
+
+    private static func stopPush(_ push: (service: PushService, client: HTTPClient)) {
+        try? push.client.syncShutdown()
     }
 
     /// The admin credential from the configuration, or the one kept in the data directory

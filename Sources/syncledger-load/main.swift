@@ -2,12 +2,19 @@
 //
 //   syncledger-load --endpoint http://127.0.0.1:8080 [--identities 64] [--seconds 10]
 //                   [--records 10] [--serial-seconds 3]
+//                   [--devices N] [--commit-log FILE]
 //
 // Each virtual identity keeps one HTTP/1.1 connection and loops: ListRecords(lastSyncCount) →
 // UpdateRecords of N records with the sync counts it knows, signed with SigV4 (the admin
 // credential from SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY). First it runs one
 // identity one request at a time (the serial rate), then all identities at once, and prints
 // UpdateRecords per second with p50/p99 latency for both.
+//
+// With --devices N, each identity first registers N APNs devices (random hex tokens) and
+// subscribes them to its dataset, so every update notifies N devices (the pool must have push
+// sync configured). With --commit-log FILE, every acknowledged update of the concurrent phase
+// is written as `identity syncCount commitMillis` (the server's commit time from the answer), so
+// a push stand-in's receive times can be matched to commits (tools/push-bench).
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -23,6 +30,8 @@ struct Options {
     var serialSeconds = 3.0
     var records = 10
     var pool = "us-east-1:10ad"
+    var devices = 0
+    var commitLog: String?
 
     init(_ args: [String]) {
         var i = 1
@@ -42,6 +51,8 @@ struct Options {
             case "--serial-seconds": serialSeconds = Double(next())!
             case "--records": records = Int(next())!
             case "--pool": pool = next()
+            case "--devices": devices = Int(next())!
+            case "--commit-log": commitLog = next()
             default: fatalError("unknown option \(args[i])")
             }
             i += 1
@@ -71,7 +82,7 @@ struct Failure: Error, CustomStringConvertible {
 }
 
 /// Runs one virtual identity's sync loop until `deadline`; returns UpdateRecords latencies.
-func syncLoop(identity: String, options: Options, signer: SigV4Signer, group: any EventLoopGroup, deadline: ContinuousClock.Instant) async throws -> [Double] {
+func syncLoop(identity: String, options: Options, signer: SigV4Signer, group: any EventLoopGroup, deadline: ContinuousClock.Instant, commits: CommitLog?, registerOnly: Bool = false) async throws -> [Double] {
     let connection = try await Connection.open(host: options.host, port: options.port, group: group)
     var latencies: [Double] = []
     try await connection.channel.executeThenClose { inbound, outbound in
@@ -102,6 +113,19 @@ func syncLoop(identity: String, options: Options, signer: SigV4Signer, group: an
             throw Failure(description: "connection closed")
         }
         let path = "/identitypools/\(SigV4.uriEncode(options.pool))/identities/\(SigV4.uriEncode(identity))/datasets/load"
+        if registerOnly {
+            for _ in 0..<options.devices {
+                let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+                let registerPath = "/identitypools/\(SigV4.uriEncode(options.pool))/identity/\(SigV4.uriEncode(identity))/device"
+                let (status, body) = try await send(.POST, registerPath, nil, Array(try JSONSerialization.data(withJSONObject: ["Platform": "APNS", "Token": token])))
+                guard status == 200, let id = (try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])?["DeviceId"] as? String else {
+                    throw Failure(description: "RegisterDevice answered \(status): \(String(decoding: body, as: UTF8.self))")
+                }
+                let (subscribed, answer) = try await send(.POST, path + "/subscriptions/\(SigV4.uriEncode(id))", nil, [])
+                guard subscribed == 200 else { throw Failure(description: "SubscribeToDataset answered \(subscribed): \(String(decoding: answer, as: UTF8.self))") }
+            }
+            return
+        }
         var lastSyncCount: Int64 = 0
         var counts: [String: Int64] = [:]
         var round = 0
@@ -128,15 +152,26 @@ func syncLoop(identity: String, options: Options, signer: SigV4Signer, group: an
                 throw Failure(description: "UpdateRecords answered \(status): \(String(decoding: response, as: UTF8.self))")
             }
             latencies.append(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+            var committed = 0.0
             for case let record as [String: Any] in result["Records"] as? [Any] ?? [] {
                 if let key = record["Key"] as? String, let count = (record["SyncCount"] as? NSNumber)?.int64Value {
                     counts[key] = count
                     lastSyncCount = max(lastSyncCount, count)
                 }
+                committed = max(committed, (record["LastModifiedDate"] as? NSNumber)?.doubleValue ?? 0)
+            }
+            if let commits {
+                let line = "\(identity) \(lastSyncCount) \(Int64((committed * 1000).rounded()))"
+                commits.lines.withLock { $0.append(line) }
             }
         }
     }
     return latencies
+}
+
+/// The concurrent phase's acknowledged updates, `identity syncCount commitMillis` per line.
+final class CommitLog: Sendable {
+    let lines = Mutex<[String]>([])
 }
 
 struct Phase {
@@ -149,13 +184,21 @@ struct Phase {
     var rate: Double { Double(updates) / seconds }
 }
 
-func run(_ name: String, identities: Int, seconds: Double, options: Options, signer: SigV4Signer, group: any EventLoopGroup) async throws -> Phase {
+func run(_ name: String, identities: Int, seconds: Double, options: Options, signer: SigV4Signer, group: any EventLoopGroup, commits: CommitLog? = nil) async throws -> Phase {
+    let names = (0..<identities).map { n in "us-east-1:\(String(n, radix: 16))-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))" }
+    if commits != nil, options.devices > 0 {
+        try await withThrowingTaskGroup(of: [Double].self) { tasks in
+            for identity in names {
+                tasks.addTask { try await syncLoop(identity: identity, options: options, signer: signer, group: group, deadline: .now, commits: nil, registerOnly: true) }
+            }
+            try await tasks.waitForAll()
+        }
+    }
     let start = ContinuousClock.now
     let deadline = start + .milliseconds(Int(seconds * 1000))
     let latencies = try await withThrowingTaskGroup(of: [Double].self) { tasks in
-        for n in 0..<identities {
-            let identity = "us-east-1:\(String(n, radix: 16))-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
-            tasks.addTask { try await syncLoop(identity: identity, options: options, signer: signer, group: group, deadline: deadline) }
+        for identity in names {
+            tasks.addTask { try await syncLoop(identity: identity, options: options, signer: signer, group: group, deadline: deadline, commits: commits) }
         }
         return try await tasks.reduce(into: [Double]()) { $0 += $1 }.sorted()
     }
@@ -174,7 +217,13 @@ guard let key = environment["SYNCLEDGER_ACCESS_KEY_ID"], let secret = environmen
 let signer = SigV4Signer(accessKeyID: key, secretAccessKey: secret)
 let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 let serial = try await run("serial (1 identity, 1 request at a time)", identities: 1, seconds: options.serialSeconds, options: options, signer: signer, group: group)
-let loaded = try await run("\(options.identities) concurrent identities", identities: options.identities, seconds: options.seconds, options: options, signer: signer, group: group)
+let commits = CommitLog()
+let loaded = try await run("\(options.identities) concurrent identities", identities: options.identities, seconds: options.seconds, options: options, signer: signer, group: group,
+                           commits: options.devices > 0 || options.commitLog != nil ? commits : nil)
+if let path = options.commitLog {
+    let text = commits.lines.withLock { $0.joined(separator: "\n") } + "\n"
+    FileManager.default.createFile(atPath: path, contents: Data(text.utf8))
+}
 print("| load | UpdateRecords/s | p50 ms | p99 ms | × serial |")
 print("|---|---:|---:|---:|---:|")
 for phase in [serial, loaded] {

@@ -23,6 +23,15 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
     @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?
     @Option(help: "Seconds the leader may hold a follower's pull that finds nothing new (0-30).") var followWait = 20.0
+    @Flag(help: "Do not deliver push notifications (the outbox is not touched; a follower never delivers).") var noPush = false
+    @Option(help: "APNs production base URL (env SYNCLEDGER_APNS_URL; default https://api.push.apple.com).") var apnsUrl: String?
+    @Option(help: "APNs sandbox base URL (env SYNCLEDGER_APNS_SANDBOX_URL; default https://api.sandbox.push.apple.com).") var apnsSandboxUrl: String?
+    @Option(help: "FCM base URL (env SYNCLEDGER_FCM_URL; default https://fcm.googleapis.com). The OAuth token URL is the service account's token_uri.") var fcmUrl: String?
+    @Option(help: "PEM certificates to trust for push services and webhooks, besides the system's (env SYNCLEDGER_PUSH_CA).") var pushCa: String?
+    @Option(help: "Most push notifications in flight at once (1-4096).") var pushConcurrency = 64
+    @Option(help: "Attempts before a notification goes to the dead letters (1-1000).") var pushMaxAttempts = 12
+    @Option(help: "Seconds before the first retry of a failed notification; each further one doubles it.") var pushBackoff = 1.0
+    @Option(help: "Longest wait in seconds between retries.") var pushMaxBackoff = 300.0
 
     func validate() throws {
         guard (1...86_400).contains(sessionLifetime) else {
@@ -55,6 +64,15 @@ struct Serve: AsyncParsableCommand {
         config.followCA = followCa
         config.followWait = Self.duration(followWait)
         let environment = ProcessInfo.processInfo.environment
+        config.push.enabled = !noPush
+        if let url = apnsUrl ?? environment["SYNCLEDGER_APNS_URL"] { config.push.endpoints.apns = url }
+        if let url = apnsSandboxUrl ?? environment["SYNCLEDGER_APNS_SANDBOX_URL"] { config.push.endpoints.apnsSandbox = url }
+        if let url = fcmUrl ?? environment["SYNCLEDGER_FCM_URL"] { config.push.endpoints.fcm = url }
+        config.push.endpoints.caFile = pushCa ?? environment["SYNCLEDGER_PUSH_CA"]
+        config.push.concurrency = pushConcurrency
+        config.push.policy.maxAttempts = pushMaxAttempts
+        config.push.policy.initialBackoff = Self.duration(pushBackoff)
+        config.push.policy.maxBackoff = Self.duration(pushMaxBackoff)
         config.adminAccessKeyID = environment["SYNCLEDGER_ACCESS_KEY_ID"]
         config.adminSecretAccessKey = environment["SYNCLEDGER_SECRET_ACCESS_KEY"]
         return config

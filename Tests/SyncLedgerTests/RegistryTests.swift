@@ -13,7 +13,9 @@ import SyncLedgerTestSupport
             let otherPlatform = try await ledger.registerDevice(pool: s.pool, identity: s.identity, platform: .apns, token: "tok-1")
             let otherIdentity = try await ledger.registerDevice(pool: s.pool, identity: try IdentityID("test:2"), platform: .gcm, token: "tok-1")
             #expect(Set([a, otherPlatform, otherIdentity]).count == 3)
-            #expect(try ledger.device(pool: s.pool, id: a) == Device(id: a, identity: "test:1", platform: .gcm, token: "tok-1"))
+            let stored = try #require(try ledger.device(pool: s.pool, id: a))
+            #expect(stored == Device(id: a, identity: "test:1", platform: .gcm, token: "tok-1", registered: stored.registered))
+            #expect(stored.registered != nil && stored.isEnabled)
             #expect(try ledger.device(pool: s.pool, id: "nope") == nil)
             // Registering the same device twice wrote one entry, not two.
             #expect(try ledger.entries(in: Ledger.systemStream(s.pool, "devices")).count == 3)

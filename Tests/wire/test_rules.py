@@ -201,9 +201,10 @@ def test_secrets_can_live_outside_the_data_directory(tmp_root):
         assert client.list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="d")["Records"] == []
         assert not os.path.exists(os.path.join(server.data_dir, "secrets"))
         assert os.stat(secrets).st_mode & 0o777 == 0o700
-        for name in os.listdir(server.data_dir):
-            with open(os.path.join(server.data_dir, name), "rb") as f:
-                assert cred["SecretAccessKey"].encode() not in f.read(), name
+        for folder, _, names in os.walk(server.data_dir):  # the push outbox's folder too
+            for name in names:
+                with open(os.path.join(folder, name), "rb") as f:
+                    assert cred["SecretAccessKey"].encode() not in f.read(), os.path.join(folder, name)
     finally:
         server.stop()
 

@@ -213,6 +213,25 @@ struct StoredDatasetView: DatasetView {
 
     mutating func setRecord(_ key: String, _ record: RecordState) throws { changed[RecordKey(key)] = record }
 
+    /// The stored records with a value whose keys start with `prefix` (at most 400 UTF-8
+    /// bytes), in key order. Changes not yet flushed are not seen.
+    func storedRecords(prefix: String) throws -> [(key: String, value: String)] {
+        precondition(prefix.utf8.count <= Schema.maxInlineKeyBytes)
+        let start = Schema.recordKey(stream: streamID, key: prefix)
+        var result: [(key: String, value: String)] = []
+        try txn.withCursor(schema.records) { cursor in
+            var pair = try cursor.seek(atLeast: start)
+            while let current = pair, current.key.starts(with: start) {
+                guard let (key, state) = try? Schema.decodeRecord(key: current.key, value: current.value) else {
+                    throw LedgerError(.corruptData, "a record does not decode", stream: stream)
+                }
+                if let value = state.value { result.append((key, value)) }
+                pair = try cursor.next()
+            }
+        }
+        return result
+    }
+
     /// How many stored records with a value have keys starting with `prefix` (at most 400
     /// UTF-8 bytes), counting up to `limit` at most. Changes not yet flushed are not seen.
     func countStored(prefix: String, limit: Int) throws -> Int {

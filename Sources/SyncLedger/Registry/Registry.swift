@@ -21,8 +21,29 @@ public struct Device: Sendable, Hashable, Codable {
     public let identity: String
     /// Its push platform.
     public let platform: Platform
-    /// Its push token.
-    public let token: String
+    /// Its push token (an APNs token in lower-case hex).
+    public var token: String
+    /// When its current token was registered (nil for devices registered before this was kept).
+    public var registered: Timestamp?
+    /// When a push service reported its token dead (nil: alive). Its id and subscriptions stay;
+    /// a later RegisterDevice revives it.
+    public var disabledAt: Timestamp?
+    /// What the push service said.
+    public var disabledReason: String?
+
+    /// A device.
+    public init(id: String, identity: String, platform: Platform, token: String, registered: Timestamp? = nil, disabledAt: Timestamp? = nil, disabledReason: String? = nil) {
+        self.id = id
+        self.identity = identity
+        self.platform = platform
+        self.token = token
+        self.registered = registered
+        self.disabledAt = disabledAt
+        self.disabledReason = disabledReason
+    }
+
+    /// Whether its token may receive pushes.
+    public var isEnabled: Bool { disabledAt == nil }
 }
 
 /// An identity pool's push-sync configuration (Cognito's `PushSync`).
@@ -163,77 +184,6 @@ extension Ledger {
     static func decode<T: Decodable>(_ type: T.Type, _ text: String, stream: StreamName) throws -> T {
         do { return try JSONDecoder().decode(type, from: Data(text.utf8)) } catch {
             throw LedgerError(.corruptData, "a stored \(type) does not decode: \(error)", stream: stream)
-        }
-    }
-
-    // MARK: Devices
-
-    /// Registers a device for push sync and returns its id; the same token registered again for
-    /// the same identity and platform returns the same id.
-    public func registerDevice(pool: IdentityPoolID, identity: IdentityID, platform: Platform, token: String) async throws -> String {
-        try Self.requireUserIdentity(identity)
-        guard !token.isEmpty, token.utf8.count <= 4096 else {
-            throw LedgerError(.invalidParameter, "a push token must be 1-4096 bytes, not \(token.utf8.count)")
-        }
-        let stream = Self.systemStream(pool, "devices")
-        let tokenKey = "token/\(identity)/\(platform.rawValue)/\(token)"
-        let fresh = UUID().uuidString.lowercased()
-        let id = Mutex<String>(fresh)
-        let maxDevices = options.limits.maxDevicesPerIdentity
-        try await appendSystem(stream, author: identity.rawValue) { view in
-            if let existing = try view.record(tokenKey)?.value {
-                id.withLock { $0 = existing }
-                return []
-            }
-            let registered = try view.countStored(prefix: "token/\(identity)/", limit: maxDevices)
-            guard registered < maxDevices else {
-                throw LedgerError(.limitExceeded, "identity \(identity) already has \(registered) registered devices; the limit is \(maxDevices)")
-            }
-            let device = Device(id: fresh, identity: identity.rawValue, platform: platform, token: token)
-            return [
-                .put(key: "device/\(fresh)", value: Self.json(device), deviceModified: nil),
-                .put(key: tokenKey, value: fresh, deviceModified: nil),
-            ]
-        }
-        return id.withLock { $0 }
-    }
-
-    /// The device registered in `pool` under `id`, or nil.
-    public func device(pool: IdentityPoolID, id: String) throws -> Device? {
-        let stream = Self.systemStream(pool, "devices")
-        return try recordValue(stream, key: "device/\(id)").map { try Self.decode(Device.self, $0, stream: stream) }
-    }
-
-    /// Subscribes a device of the dataset's identity to the dataset's changes.
-    /// - Throws: `.notFound` when the device is not registered to that identity.
-    public func subscribe(_ dataset: StreamName, deviceID: String) async throws {
-        try await setSubscription(dataset, deviceID: deviceID, on: true)
-    }
-
-    /// Ends a subscription.
-    /// - Throws: `.notFound` when the device is not registered to that identity.
-    public func unsubscribe(_ dataset: StreamName, deviceID: String) async throws {
-        try await setSubscription(dataset, deviceID: deviceID, on: false)
-    }
-
-    private func setSubscription(_ dataset: StreamName, deviceID: String, on: Bool) async throws {
-        try Self.requireUserIdentity(dataset.identity)
-        guard let device = try device(pool: dataset.pool, id: deviceID), device.identity == dataset.identity.rawValue else {
-            throw LedgerError(.notFound, "device \(quoted(deviceID)) is not registered to identity \(dataset.identity)", stream: dataset)
-        }
-        let key = "\(dataset.identity)/\(dataset.dataset)/\(deviceID)"
-        try await appendSystem(Self.systemStream(dataset.pool, "subscriptions"), author: dataset.identity.rawValue) { view in
-            let subscribed = try view.record(key)?.value != nil
-            if subscribed == on { return [] }
-            return [on ? .put(key: key, value: device.platform.rawValue, deviceModified: nil) : .remove(key: key, deviceModified: nil)]
-        }
-    }
-
-    /// The devices subscribed to `dataset`.
-    public func subscribers(of dataset: StreamName) throws -> [Device] {
-        let rows = try records(Self.systemStream(dataset.pool, "subscriptions"), prefix: "\(dataset.identity)/\(dataset.dataset)/")
-        return try rows.compactMap { key, _ in
-            try device(pool: dataset.pool, id: String(key.split(separator: "/").last ?? ""))
         }
     }
 

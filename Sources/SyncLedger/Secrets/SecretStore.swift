@@ -12,6 +12,7 @@ public final class SecretStore: Sendable {
     let environment: Environment
     let credentials: Database
     let keys: Database
+    let push: Database
     /// The store's folder.
     public var directory: String { environment.path }
 
@@ -27,18 +28,19 @@ public final class SecretStore: Sendable {
             environment = try Environment(path: directory, options: options)
             credentials = try environment.openDatabase("credentials")
             keys = try environment.openDatabase("keys")
+            push = try environment.openDatabase("push")
         } catch {
             throw LedgerError(.storage, "cannot open the secrets in \(directory): \(error)", underlying: error)
         }
     }
 
-    private func read<T>(_ body: (Transaction) throws -> T) throws -> T {
+    func read<T>(_ body: (Transaction) throws -> T) throws -> T {
         do { return try environment.read(body) } catch let error as LedgerError { throw error } catch {
             throw LedgerError(.storage, "cannot read the secrets in \(directory): \(error)", underlying: error)
         }
     }
 
-    private func write<T>(_ body: (Transaction) throws -> T) throws -> T {
+    func write<T>(_ body: (Transaction) throws -> T) throws -> T {
         do { return try environment.write(body) } catch let error as LedgerError { throw error } catch {
             throw LedgerError(.storage, "cannot write the secrets in \(directory): \(error)", underlying: error)
         }

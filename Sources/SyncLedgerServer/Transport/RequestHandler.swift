@@ -11,6 +11,7 @@ struct RequestHandler: Sendable {
     let metrics: ServerMetrics
     let transport: TransportShared
     let ledger: Ledger
+    let push: PushService?
     let maxBodyBytes: Int
     let logger: Logger
 
@@ -22,6 +23,7 @@ struct RequestHandler: Sendable {
         }
         if request.method == .get, path == "/metrics" {
             let text = metrics.render(ledger: ledger) + transport.metrics.render(connections: transport.connections, budget: transport.budget)
+                + (push.map { $0.metrics.render(outbox: $0.outbox, ledger: ledger) } ?? "")
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
         }
         var request = request

@@ -36,6 +36,17 @@ enum TLSFiles {
         return configuration
     }
 
+    /// The push transports' client TLS configuration: the system's roots plus, with `ca`
+    /// (`--push-ca`), the certificates it holds (stand-ins in tests, a corporate proxy's CA).
+    static func pushClient(trusting ca: String?) throws -> TLSConfiguration {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        if let ca {
+            configuration.additionalTrustRoots = [.certificates(try certificates(ca, option: "--push-ca"))]
+        }
+        return configuration
+    }
+
     private static func certificates(_ path: String, option: String) throws -> [NIOSSLCertificate] {
         try requireReadable(path, option: option)
         let chain: [NIOSSLCertificate]

@@ -1,0 +1,222 @@
+import Foundation
+import LedgerStorage
+
+/// The push outbox: notifications waiting for delivery, the dead letters, the counters, and
+/// the change-feed position up to which notifications have been derived.
+///
+/// It is its own LMDB environment (`push` inside the data directory), apart from the ledger:
+/// the write path never waits on it, a follower never receives it, and it can be deleted and
+/// rebuilt from the log. Rows are derived from the change feed *after* the commit (see
+/// docs/push.md): the cursor and the rows it produced are written in one transaction, so a
+/// crash either keeps both or loses both — and then the same rows are derived again. Delivery
+/// is at least once.
+///
+/// Several processes may open it (the server, and `syncledger push …` beside it).
+public final class PushOutbox: Sendable {
+    let environment: Environment
+    let meta: Database
+    let pending: Database
+    let due: Database
+    let dead: Database
+
+    /// The outbox's folder.
+    public var directory: String { environment.path }
+
+    /// Opens (creating if needed) the outbox in `directory`.
+    ///
+    /// - Parameter durable: flush every commit to disk (as the ledger does). Even without it a
+    ///   crash loses nothing that the log cannot give back: a lost cursor move is derived again.
+    /// - Throws: ``LedgerError`` `.storage` when the folder cannot be made or opened.
+    public init(directory: String, durable: Bool = true) throws {
+        try makePrivateDirectory(directory, what: "the push outbox folder")
+        var options = EnvironmentOptions()
+        options.initialMapSize = 64 << 20
+        options.maxDatabases = 8
+        options.durable = durable
+        do {
+            environment = try Environment(path: directory, options: options)
+            meta = try environment.openDatabase("meta")
+            pending = try environment.openDatabase("pending")
+            due = try environment.openDatabase("due")
+            dead = try environment.openDatabase("dead")
+        } catch {
+            throw LedgerError(.storage, "cannot open the push outbox in \(directory): \(error)", underlying: error)
+        }
+    }
+
+    func read<T>(_ body: (Transaction) throws -> T) throws -> T {
+        do { return try environment.read(body) } catch let error as LedgerError { throw error } catch {
+            throw LedgerError(.storage, "cannot read the push outbox in \(directory): \(error)", underlying: error)
+        }
+    }
+
+    func write<T>(_ body: (Transaction) throws -> T) throws -> T {
+        do {
+            if environment.isOutOfSpace() { try environment.grow() }
+            return try environment.write(body)
+        } catch let error as LedgerError { throw error } catch {
+            throw LedgerError(.storage, "cannot write the push outbox in \(directory): \(error)", underlying: error)
+        }
+    }
+
+    // MARK: Rows
+
+    static func encode(_ n: PushNotification) -> [UInt8] {
+        Array(try! JSONEncoder().encode(n))
+    }
+
+    static func decode(_ bytes: [UInt8]) throws -> PushNotification {
+        do { return try JSONDecoder().decode(PushNotification.self, from: Data(bytes)) } catch {
+            throw LedgerError(.corruptData, "a push outbox row does not decode: \(error)")
+        }
+    }
+
+    static func dueKey(_ n: PushNotification) -> [UInt8] {
+        [UInt8].bigEndian(UInt64(bitPattern: max(n.nextAttempt.milliseconds, 0))) + n.key
+    }
+
+    /// Writes `n` as the pending row of its key, moving its due-index entry from `old`'s.
+    func putPending(_ txn: Transaction, _ n: PushNotification, replacing old: PushNotification?) throws {
+        if let old { _ = try txn.delete(due, key: Self.dueKey(old)) }
+        try txn.put(pending, key: n.key, value: Self.encode(n))
+        try txn.put(due, key: Self.dueKey(n), value: [])
+    }
+
+    func removePending(_ txn: Transaction, _ n: PushNotification) throws {
+        _ = try txn.delete(due, key: Self.dueKey(n))
+        _ = try txn.delete(pending, key: n.key)
+    }
+
+    // MARK: Counters
+
+    /// A counter kept per transport: `count/<transport>/<name>`.
+    static func counterKey(_ transport: PushTransportKind, _ name: PushCounter) -> [UInt8] {
+        Array("count/\(transport.rawValue)/\(name.rawValue)".utf8)
+    }
+
+    func counter(_ txn: Transaction, _ transport: PushTransportKind, _ name: PushCounter) throws -> Int64 {
+        guard let bytes = try txn.get(meta, key: Self.counterKey(transport, name)), bytes.count == 8 else { return 0 }
+        return Int64(bitPattern: bytes.bigEndianUInt64())
+    }
+
+    func bump(_ txn: Transaction, _ transport: PushTransportKind, _ name: PushCounter, by delta: Int64 = 1) throws {
+        let value = try counter(txn, transport, name) &+ delta
+        try txn.put(meta, key: Self.counterKey(transport, name), value: [UInt8].bigEndian(UInt64(bitPattern: max(value, 0))))
+    }
+
+    // MARK: Cursor
+
+    private static let cursorKey = Array("cursor".utf8)
+
+    /// The change-feed sequence up to which notifications have been derived (0: none yet).
+    public func cursor() throws -> UInt64 {
+        try read { txn in try txn.get(meta, key: Self.cursorKey).map { $0.count == 8 ? $0.bigEndianUInt64() : 0 } ?? 0 }
+    }
+
+    /// Sets the cursor to `sequence` unless the outbox has one: a new outbox starts at the
+    /// end of the log, so a server that gains push delivery does not notify all of history.
+    public func startCursor(at sequence: UInt64) throws {
+        try write { txn in
+            if try txn.get(meta, key: Self.cursorKey) == nil { try txn.put(meta, key: Self.cursorKey, value: [UInt8].bigEndian(sequence)) }
+        }
+    }
+
+    /// Adds `notifications` and moves the cursor to `cursor`, in one transaction.
+    ///
+    /// A row already pending for the same device and dataset is replaced by a newer sync count
+    /// (collapse) and kept when the new one is not newer (derived again after a crash). Its
+    /// attempts and schedule stay: a transport in backoff is not hammered by a busy dataset.
+    /// - Returns: how many rows were new or replaced.
+    @discardableResult
+    public func enqueue(_ notifications: [PushNotification], cursor: UInt64, skipped: [PushTransportKind: Int64] = [:]) throws -> Int {
+        try write { txn in
+            var changed = 0
+            for n in notifications {
+                if let bytes = try txn.get(pending, key: n.key) {
+                    var row = try Self.decode(bytes)
+                    guard n.syncCount > row.syncCount else { continue }
+                    let old = row
+                    row.syncCount = n.syncCount
+                    row.sequence = n.sequence
+                    row.committed = n.committed
+                    row.token = n.token
+                    row.platform = n.platform
+                    row.retried = nil
+                    if !row.inFlight, row.attempts == 0 { row.nextAttempt = min(row.nextAttempt, n.nextAttempt) }
+                    try putPending(txn, row, replacing: old)
+                    try bump(txn, n.transport, .collapsed)
+                } else {
+                    try putPending(txn, n, replacing: nil)
+                    try bump(txn, n.transport, .pending)
+                    try bump(txn, n.transport, .queued)
+                }
+                changed += 1
+            }
+            for (transport, count) in skipped where count > 0 { try bump(txn, transport, .skipped, by: count) }
+            let current = try txn.get(meta, key: Self.cursorKey).map { $0.count == 8 ? $0.bigEndianUInt64() : 0 } ?? 0
+            if cursor > current { try txn.put(meta, key: Self.cursorKey, value: [UInt8].bigEndian(cursor)) }
+            return changed
+        }
+    }
+
+    // MARK: Time to live
+
+    static func ttlKey(_ pool: String) -> [UInt8] { Array("ttl/\(pool)".utf8) }
+
+    /// The pool's time-to-live, nil when it has none of its own.
+    public func timeToLive(pool: String) throws -> Duration? {
+        try read { txn in try ttl(txn, pool: pool) }
+    }
+
+    func ttl(_ txn: Transaction, pool: String) throws -> Duration? {
+        guard let bytes = try txn.get(meta, key: Self.ttlKey(pool)), bytes.count == 8 else { return nil }
+        return .milliseconds(Int64(bitPattern: bytes.bigEndianUInt64()))
+    }
+
+    /// Sets (or with nil, removes) the pool's time-to-live.
+    /// - Throws: `.invalidParameter` unless it is 1 second to 28 days (FCM's and APNs's longest).
+    public func setTimeToLive(pool: String, _ ttl: Duration?) throws {
+        if let ttl, ttl < .seconds(1) || ttl > .seconds(28 * 86_400) {
+            throw LedgerError(.invalidParameter, "a push time-to-live must be 1 second to 28 days (2419200 seconds)")
+        }
+        try write { txn in
+            if let ttl {
+                try txn.put(meta, key: Self.ttlKey(pool), value: [UInt8].bigEndian(UInt64(bitPattern: ttl.milliseconds)))
+            } else {
+                _ = try txn.delete(meta, key: Self.ttlKey(pool))
+            }
+        }
+    }
+
+    /// When `n` expires: its commit (or its manual retry) plus its pool's time-to-live.
+    func expiry(_ txn: Transaction, _ n: PushNotification, policy: PushPolicy) throws -> Timestamp {
+        (n.retried ?? n.committed).adding(try ttl(txn, pool: n.pool) ?? policy.defaultTimeToLive)
+    }
+}
+
+/// The counters the outbox keeps per transport.
+public enum PushCounter: String, Sendable, CaseIterable, Codable {
+    /// Rows waiting now (in flight included).
+    case pending
+    /// Rows with an attempt under way now.
+    case inFlight = "in_flight"
+    /// Rows in the dead-letter list now.
+    case deadNow = "dead_now"
+    /// Notifications ever made.
+    case queued
+    /// Notifications replaced by a newer sync count before they went out.
+    case collapsed
+    /// Accepted by the push service.
+    case delivered
+    /// Dropped unsent because their time-to-live passed.
+    case expired
+    /// Sent to the dead letters.
+    case dead
+    /// Dropped because the service reported the token dead (the token was disabled).
+    case tokenDisabled = "token_disabled"
+    /// Attempts that failed and were scheduled again.
+    case retried
+    /// Changes not notified: the device's token was disabled, or the pool has no push sync
+    /// configured for the device's platform.
+    case skipped
+}

@@ -1,0 +1,260 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOPosix
+public import SyncLedger
+import Synchronization
+
+/// How a server delivers push notifications (`syncledger serve --push-…`).
+public struct PushOptions: Sendable {
+    /// Deliver at all (`--no-push` turns it off; a follower never delivers).
+    public var enabled = true
+    /// Where the services are.
+    public var endpoints = PushEndpoints()
+    /// Retries, time-to-live and giving up.
+    public var policy = PushPolicy()
+    /// The most notifications in flight at once.
+    public var concurrency = 64
+
+    /// On, with Apple's and Google's addresses and the default policy.
+    public init() {}
+
+    /// Checks the values.
+    /// - Throws: ``StartupError`` naming the option.
+    public func validate() throws {
+        guard (1...4096).contains(concurrency) else { throw StartupError("--push-concurrency must be 1 to 4096, not \(concurrency)") }
+        guard (1...1000).contains(policy.maxAttempts) else { throw StartupError("--push-max-attempts must be 1 to 1000, not \(policy.maxAttempts)") }
+        guard policy.initialBackoff > .zero, policy.initialBackoff <= policy.maxBackoff, policy.maxBackoff <= .seconds(86_400) else {
+            throw StartupError("--push-backoff must be more than 0 and at most --push-max-backoff, which is at most 86400 seconds")
+        }
+        for (name, url) in [("--apns-url", endpoints.apns), ("--apns-sandbox-url", endpoints.apnsSandbox), ("--fcm-url", endpoints.fcm)] {
+            guard let parts = URLComponents(string: url), ["http", "https"].contains(parts.scheme?.lowercased() ?? ""), !(parts.host ?? "").isEmpty,
+                  parts.user == nil, parts.password == nil else {
+                throw StartupError("\(name) must be an http(s)://HOST[:PORT] URL without a user name or password")
+            }
+        }
+    }
+}
+
+/// Push delivery beside the write path: a dispatcher derives notifications from the change
+/// feed into the outbox, and a deliverer sends what is due over APNs, FCM and webhooks.
+///
+/// Neither holds a write: the dispatcher wakes on the commit signal after a commit and reads
+/// the log like any reader; the outbox is its own LMDB environment. LMDB work runs on NIO's
+/// blocking pool, off Swift's cooperative threads.
+final class PushService: Sendable {
+    let ledger: Ledger
+    let outbox: PushOutbox
+    let senders: PushSenders
+    let options: PushOptions
+    let metrics: PushMetrics
+    let logger: Logger
+    /// Signalled when the outbox has new rows or an attempt finished.
+    private let wake = CommitSignal()
+    private let finished = Mutex<[(PushNotification, PushOutcome)]>([])
+
+    init(ledger: Ledger, outbox: PushOutbox, client: HTTPClient, options: PushOptions, logger: Logger) throws {
+        self.ledger = ledger
+        self.outbox = outbox
+        self.senders = PushSenders(client: client, endpoints: options.endpoints, secrets: ledger.secrets)
+        self.options = options
+        self.metrics = PushMetrics()
+        self.logger = logger
+        try outbox.startCursor(at: try ledger.lastSequence)
+        let released = try outbox.releaseLeases(now: .now)
+        if released > 0 { logger.info("push: notifications in flight when the server stopped are due again", metadata: ["count": "\(released)"]) }
+    }
+
+    /// Runs both loops until the task is cancelled.
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.dispatchLoop() }
+            group.addTask { await self.deliverLoop() }
+        }
+    }
+
+    private func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await NIOThreadPool.singleton.runIfActive(body)
+    }
+
+    // MARK: Dispatcher
+
+    private func dispatchLoop() async {
+        while !Task.isCancelled {
+            let seen = ledger.commitSignal.generation
+            do {
+                if try await offPool({ try self.dispatchOnce() }) { continue }
+            } catch {
+                if Task.isCancelled { return }
+                logger.error("push: cannot derive notifications from the log", metadata: ["error": "\(error)"])
+            }
+            _ = await ledger.commitSignal.wait(after: seen, timeout: .seconds(30))
+        }
+    }
+
+    /// Derives the notifications of the next commits; whether there were any commits.
+    private func dispatchOnce() throws -> Bool {
+        let cursor = try outbox.cursor()
+        let (notifications, skipped, last) = try ledger.pushNotifications(after: cursor, limit: 4096)
+        guard last > cursor else { return false }
+        if try outbox.enqueue(notifications, cursor: last, skipped: skipped) > 0 { wake.signal() }
+        return true
+    }
+
+    // MARK: Deliverer
+
+    private func deliverLoop() async {
+        let policy = options.policy
+        await withDiscardingTaskGroup { group in
+            var running = 0
+            while !Task.isCancelled {
+                let seen = wake.generation
+                let done = finished.withLock { list -> [(PushNotification, PushOutcome)] in
+                    defer { list.removeAll() }
+                    return list
+                }
+                var progressed = false
+                if !done.isEmpty {
+                    running -= done.count
+                    progressed = true
+                    do {
+                        let now = Timestamp.now
+                        let settled = try await offPool { try self.outbox.settle(done, now: now, policy: policy) }
+                        for ((n, outcome), result) in zip(done, settled) { record(n, outcome, result, at: now) }
+                    } catch {
+                        // The rows stay in flight until the next start releases them.
+                        logger.error("push: cannot record delivery outcomes", metadata: ["error": "\(error)"])
+                    }
+                }
+                if running < options.concurrency {
+                    do {
+                        let limit = options.concurrency - running
+                        let (leased, expired) = try await offPool { try self.outbox.lease(now: .now, limit: limit, policy: policy) }
+                        if expired > 0 { logger.info("push: notifications expired unsent", metadata: ["count": "\(expired)"]) }
+                        for n in leased {
+                            running += 1
+                            group.addTask {
+                                let outcome = await self.deliver(n)
+                                self.finished.withLock { $0.append((n, outcome)) }
+                                self.wake.signal()
+                            }
+                        }
+                        progressed = progressed || !leased.isEmpty || expired > 0
+                    } catch {
+                        logger.error("push: cannot read the outbox", metadata: ["error": "\(error)"])
+                    }
+                }
+                if progressed { continue }
+                let next = try? await offPool { try self.outbox.nextDue() }
+                let wait = next.flatMap { $0 }.map { Duration.milliseconds(max(1, min($0.milliseconds &- Timestamp.now.milliseconds, 30_000))) } ?? .seconds(30)
+                _ = await wake.wait(after: seen, timeout: wait)
+            }
+        }
+    }
+
+    /// One attempt: the device's token now, its pool's transport, the send, and — when the
+    /// service says the token is dead — the device disabled in the registry.
+    private func deliver(_ n: PushNotification) async -> PushOutcome {
+        let device: Device?
+        let arns: [String]
+        let ttl: Duration
+        do {
+            let pool = try IdentityPoolID(n.pool)
+            device = try ledger.device(pool: pool, id: n.deviceID)
+            arns = try ledger.poolConfiguration(pool).pushSync?.applicationArns ?? []
+            ttl = try outbox.timeToLive(pool: n.pool) ?? options.policy.defaultTimeToLive
+        } catch {
+            return .retry(reason: "cannot read the device registry: \(error)")
+        }
+        guard let device, device.identity == n.identity else { return .failed(reason: "device \(n.deviceID) is no longer registered") }
+        guard device.isEnabled else { return .tokenDead(reason: "the device's token was disabled: \(device.disabledReason ?? "")") }
+        let sender: any PushSender
+        switch senders.sender(platform: device.platform, arns: arns) {
+        case .success(let s): sender = s
+        case .failure(let problem): return .failed(reason: problem.description)
+        }
+        let outcome = await sender.send(PushDelivery(notification: n, token: device.token, expiry: (n.retried ?? n.committed).adding(ttl)))
+        switch outcome {
+        case .tokenDead(let reason, let reportedAt):
+            do {
+                let pool = try IdentityPoolID(n.pool)
+                if try await ledger.disableToken(pool: pool, deviceID: device.id, token: device.token, reason: reason, reportedAt: reportedAt) {
+                    logger.info("push: token disabled", metadata: ["pool": "\(n.pool)", "device": "\(device.id)", "reason": "\(reason)"])
+                } else if reportedAt != nil {
+                    // Registered again after the service's report: the token lives; try again.
+                    return .retry(reason: "\(reason), but the token was registered after that report")
+                }
+            } catch {
+                return .retry(reason: "\(reason); cannot disable the token yet: \(error)")
+            }
+        case .failed(let reason), .retry(let reason, _):
+            logger.info("push: attempt failed", metadata: ["pool": "\(n.pool)", "device": "\(n.deviceID)", "attempt": "\(n.attempts)", "reason": "\(reason)"])
+        case .delivered:
+            break
+        }
+        return outcome
+    }
+
+    private func record(_ n: PushNotification, _ outcome: PushOutcome, _ result: PushOutbox.Settled, at now: Timestamp) {
+        if case .delivered = result {
+            metrics.observeDelivery(transport: n.transport, seconds: Double(max(0, now.milliseconds - n.committed.milliseconds)) / 1000)
+        }
+        if case .dead(let reason) = result {
+            logger.warning("push: notification moved to the dead letters", metadata: [
+                "pool": "\(n.pool)", "device": "\(n.deviceID)", "dataset": "\(n.dataset)", "reason": "\(reason)",
+            ])
+        }
+    }
+}
+
+/// Commit-to-delivery latency per transport, for `/metrics`.
+final class PushMetrics: Sendable {
+    static let bounds: [Double] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
+    private struct Histogram {
+        var counts = [UInt64](repeating: 0, count: PushMetrics.bounds.count)
+        var sum = 0.0
+        var count: UInt64 = 0
+    }
+    private let histograms = Mutex<[PushTransportKind: Histogram]>([:])
+
+    func observeDelivery(transport: PushTransportKind, seconds: Double) {
+        histograms.withLock { h in
+            var histogram = h[transport] ?? Histogram()
+            for (i, bound) in Self.bounds.enumerated() where seconds <= bound { histogram.counts[i] += 1 }
+            histogram.sum += seconds
+            histogram.count += 1
+            h[transport] = histogram
+        }
+    }
+
+    /// The outbox's counts and the latency histograms, as Prometheus text.
+    func render(outbox: PushOutbox, ledger: Ledger) -> String {
+        var out = ""
+        if let (cursor, transports) = try? outbox.status() {
+            let gauges: Set<String> = [PushCounter.pending.rawValue, PushCounter.inFlight.rawValue, PushCounter.deadNow.rawValue]
+            out += "# HELP syncledger_push_notifications Notifications in the outbox now, by transport and state.\n# TYPE syncledger_push_notifications gauge\n"
+            for t in transports {
+                for name in gauges.sorted() { out += "syncledger_push_notifications{transport=\"\(t.transport.rawValue)\",state=\"\(name)\"} \(t.counts[name] ?? 0)\n" }
+            }
+            out += "# HELP syncledger_push_total Notifications by transport and what became of them.\n# TYPE syncledger_push_total counter\n"
+            for t in transports {
+                for (name, value) in t.counts.sorted(by: { $0.key < $1.key }) where !gauges.contains(name) {
+                    out += "syncledger_push_total{transport=\"\(t.transport.rawValue)\",outcome=\"\(name)\"} \(value)\n"
+                }
+            }
+            let last = (try? ledger.lastSequence) ?? cursor
+            out += "# HELP syncledger_push_feed_lag Commits not yet turned into notifications.\n# TYPE syncledger_push_feed_lag gauge\n"
+            out += "syncledger_push_feed_lag \(last > cursor ? last - cursor : 0)\n"
+        }
+        let snapshot = histograms.withLock { $0 }
+        out += "# HELP syncledger_push_delivery_seconds Time from a change's commit to its notification's acceptance by the push service.\n# TYPE syncledger_push_delivery_seconds histogram\n"
+        for (transport, h) in snapshot.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+            let t = transport.rawValue
+            for (i, bound) in Self.bounds.enumerated() { out += "syncledger_push_delivery_seconds_bucket{transport=\"\(t)\",le=\"\(bound)\"} \(h.counts[i])\n" }
+            out += "syncledger_push_delivery_seconds_bucket{transport=\"\(t)\",le=\"+Inf\"} \(h.count)\n"
+            out += "syncledger_push_delivery_seconds_sum{transport=\"\(t)\"} \(h.sum)\n"
+            out += "syncledger_push_delivery_seconds_count{transport=\"\(t)\"} \(h.count)\n"
+        }
+        return out
+    }
+}

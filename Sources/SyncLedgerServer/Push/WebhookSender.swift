@@ -1,0 +1,88 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SyncLedger
+
+/// A signed HTTPS POST of the notification to an address the operator configured: for
+/// platforms SyncLedger does not speak (`ADM`, web-push gateways, a customer's own fan-out).
+///
+/// The body is the notification as JSON: the five Cognito keys (all strings) plus `deviceId`,
+/// `platform` and `token`. Two headers sign it (docs/push.md shows how to verify):
+///
+///     X-SyncLedger-Timestamp: <unix seconds>
+///     X-SyncLedger-Signature: v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>
+///
+/// Answers: 2xx delivered; 410 Gone means the device's address is dead; 408, 429 and 5xx are
+/// retried (honouring `Retry-After`); other 4xx are not.
+final class WebhookSender: PushSender {
+    let url: String
+    let secret: SymmetricKey
+    let client: HTTPClient
+
+    init(configuration c: PushTransportConfiguration, client: HTTPClient) throws {
+        guard let url = c.webhookURL, let secret = c.webhookSecret, !secret.isEmpty else {
+            throw PushSenderError("the webhook transport of \(c.arn) lacks its URL or secret")
+        }
+        if let problem = Self.problem(with: url) { throw PushSenderError("the webhook URL of \(c.arn) \(problem)") }
+        self.url = url
+        self.secret = SymmetricKey(data: Array(secret.utf8))
+        self.client = client
+    }
+
+    /// Why `url` may not be a webhook address (nil when it may): HTTPS anywhere, plain HTTP
+    /// only on loopback, no user name or password.
+    static func problem(with url: String) -> String? {
+        guard let parts = URLComponents(string: url), let scheme = parts.scheme?.lowercased(), let host = parts.host, !host.isEmpty else {
+            return "is not an absolute http(s) URL"
+        }
+        if parts.user != nil || parts.password != nil { return "must not carry a user name or password" }
+        switch scheme {
+        case "https": return nil
+        case "http": return ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host.lowercased()) ? nil : "must be https (plain http only on loopback)"
+        default: return "must be https (plain http only on loopback)"
+        }
+    }
+
+    /// The signature header's value for `body` sent at `timestamp`.
+    static func signature(secret: SymmetricKey, timestamp: String, body: [UInt8]) -> String {
+        var mac = HMAC<SHA256>(key: secret)
+        mac.update(data: Array(timestamp.utf8))
+        mac.update(data: [0x2E])
+        mac.update(data: body)
+        return "v1=" + mac.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    static func body(_ delivery: PushDelivery) -> [UInt8] {
+        var object = delivery.notification.data
+        object["deviceId"] = delivery.notification.deviceID
+        object["platform"] = delivery.notification.platform.rawValue
+        object["token"] = delivery.token
+        return Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data())
+    }
+
+    func send(_ delivery: PushDelivery) async -> PushOutcome {
+        let body = Self.body(delivery)
+        let timestamp = String(Int(Date().timeIntervalSince1970))
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "content-type", value: "application/json")
+        request.headers.add(name: "user-agent", value: "SyncLedger-push")
+        request.headers.add(name: "x-syncledger-timestamp", value: timestamp)
+        request.headers.add(name: "x-syncledger-signature", value: Self.signature(secret: secret, timestamp: timestamp, body: body))
+        request.body = .bytes(body)
+        let response: HTTPClientResponse
+        do { response = try await client.execute(request, timeout: .seconds(20)) } catch {
+            return .retry(reason: "webhook unreachable: \(error)")
+        }
+        let status = response.status.code
+        _ = await PushHTTP.body(response)
+        switch status {
+        case 200..<300: return .delivered
+        case 410: return .tokenDead(reason: "webhook 410 Gone")
+        case 408, 429, 500...: return PushHTTP.transient(status, "webhook", response.headers)
+        default: return .failed(reason: "webhook answered HTTP \(status)")
+        }
+    }
+}
