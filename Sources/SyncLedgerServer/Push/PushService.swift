@@ -145,8 +145,10 @@ final class PushService: Sendable {
                     }
                 }
                 if progressed { continue }
+                // At most a second: `syncledger push retry`, run beside the server, puts rows
+                // back without a way to wake this process.
                 let next = try? await offPool { try self.outbox.nextDue() }
-                let wait = next.flatMap { $0 }.map { Duration.milliseconds(max(1, min($0.milliseconds &- Timestamp.now.milliseconds, 30_000))) } ?? .seconds(30)
+                let wait = next.flatMap { $0 }.map { Duration.milliseconds(max(1, min($0.milliseconds &- Timestamp.now.milliseconds, 1_000))) } ?? .seconds(1)
                 _ = await wake.wait(after: seen, timeout: wait)
             }
         }
