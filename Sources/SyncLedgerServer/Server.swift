@@ -218,18 +218,21 @@ public enum SyncLedgerServer {
         let tls = try TLSFiles.pushClient(trusting: configuration.push.endpoints.caFile)
         var http = HTTPClient.Configuration(tlsConfiguration: tls, timeout: .init(connect: .seconds(10), read: .seconds(20)))
         http.httpVersion = .automatic
-        let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: http)
+        let threads = PushThreads()
+        let client = HTTPClient(eventLoopGroup: threads.loops, configuration: http)
         do {
             let outbox = try PushOutbox(directory: ledger.directory + "/push", durable: ledger.options.durable)
-            return (try PushService(ledger: ledger, outbox: outbox, client: client, options: configuration.push, logger: logger), client)
+            return (try PushService(ledger: ledger, outbox: outbox, client: client, threads: threads, options: configuration.push, logger: logger), client)
         } catch {
             try? client.syncShutdown()
+            threads.shutdown()
             throw error
         }
     }
 
     private static func stopPush(_ push: (service: PushService, client: HTTPClient)) {
         try? push.client.syncShutdown()
+        push.service.threads.shutdown()
     }
 
     /// The admin credential from the configuration, or the one kept in the data directory

@@ -2,7 +2,7 @@
 //
 //   syncledger-load --endpoint http://127.0.0.1:8080 [--identities 64] [--seconds 10]
 //                   [--records 10] [--serial-seconds 3]
-//                   [--devices N] [--commit-log FILE]
+//                   [--devices N] [--commit-log FILE] [--interval-ms MS]
 //
 // Each virtual identity keeps one HTTP/1.1 connection and loops: ListRecords(lastSyncCount) →
 // UpdateRecords of N records with the sync counts it knows, signed with SigV4 (the admin
@@ -14,7 +14,8 @@
 // subscribes them to its dataset, so every update notifies N devices (the pool must have push
 // sync configured). With --commit-log FILE, every acknowledged update of the concurrent phase
 // is written as `identity syncCount commitMillis` (the server's commit time from the answer), so
-// a push stand-in's receive times can be matched to commits (tools/push-bench).
+// a push stand-in's receive times can be matched to commits (tools/push-bench). With
+// --interval-ms, each identity waits that long after each update (a paced load, not a flat-out one).
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -31,6 +32,7 @@ struct Options {
     var records = 10
     var pool = "us-east-1:10ad"
     var devices = 0
+    var intervalMilliseconds = 0
     var commitLog: String?
 
     init(_ args: [String]) {
@@ -52,6 +54,7 @@ struct Options {
             case "--records": records = Int(next())!
             case "--pool": pool = next()
             case "--devices": devices = Int(next())!
+            case "--interval-ms": intervalMilliseconds = Int(next())!
             case "--commit-log": commitLog = next()
             default: fatalError("unknown option \(args[i])")
             }
@@ -164,6 +167,7 @@ func syncLoop(identity: String, options: Options, signer: SigV4Signer, group: an
                 let line = "\(identity) \(lastSyncCount) \(Int64((committed * 1000).rounded()))"
                 commits.lines.withLock { $0.append(line) }
             }
+            if options.intervalMilliseconds > 0 { try await Task.sleep(for: .milliseconds(options.intervalMilliseconds)) }
         }
     }
     return latencies

@@ -38,22 +38,46 @@ import SyncLedgerTestSupport
             let start = try ledger.lastSequence
             _ = try await ledger.put(s, ["a": "1"], device: writer)
             _ = try await ledger.put(s, ["b": "2"])
-            let (notes, skipped, last) = try ledger.pushNotifications(after: start, limit: 100)
-            #expect(last == (try ledger.lastSequence))
-            #expect(skipped.isEmpty)
-            // The writer's own change reaches only the other device; a change with no device reaches both.
-            #expect(notes.filter { $0.syncCount == 1 }.map(\.deviceID) == [other])
-            #expect(Set(notes.filter { $0.syncCount == 2 }.map(\.deviceID)) == [writer, other])
-            #expect(notes.count == 3)
+            let pass = try ledger.pushNotifications(after: start, limit: 100)
+            #expect(pass.last == (try ledger.lastSequence))
+            #expect(pass.skipped.isEmpty)
+            // The writer's own change reaches only the other device; a change with no device
+            // reaches both; the other device's two changes collapse into the newest.
+            let notes = pass.notifications
+            #expect(Set(notes.map(\.deviceID)) == [writer, other] && notes.count == 2)
+            #expect(notes.allSatisfy { $0.syncCount == 2 })
+            #expect(pass.collapsed == [.fcm: 1])
             #expect(!notes.contains { $0.deviceID == unsubscribed })
-            #expect(notes[0].data == ["source": "cognito-sync", "identityPoolId": "test:0", "identityId": "test:1", "datasetName": "ds", "syncCount": "1"])
+            #expect(notes[0].data == ["source": "cognito-sync", "identityPoolId": "test:0", "identityId": "test:1", "datasetName": "ds", "syncCount": "2"])
+            // Only the writer's own change, read alone, reaches only the other device.
+            let first = try ledger.pushNotifications(after: start, limit: 1).notifications
+            #expect(first.map(\.deviceID) == [other] && first[0].syncCount == 1)
             // A disabled token is skipped and counted.
             #expect(try await ledger.disableToken(pool: s.pool, deviceID: other, token: "fcm-1", reason: "UNREGISTERED"))
             let before = try ledger.lastSequence
             _ = try await ledger.put(s, ["c": "3"])
             let again = try ledger.pushNotifications(after: before, limit: 100)
             #expect(again.notifications.map(\.deviceID) == [writer])
+            #expect(again.collapsed.isEmpty)
             #expect(again.skipped == [.fcm: 1])
+        }
+    }
+
+    @Test func theCacheForgetsAPoolWhoseDevicesOrSubscriptionsChange() async throws {
+        try await withLedger { ledger in
+            let s = stream()
+            _ = try await ledger.setPoolConfiguration(s.pool, pushSync: PushSyncConfiguration(applicationArns: [Self.arn]), cognitoStreams: nil, caller: "admin")
+            let cache = PushDerivationCache()
+            let first = try await ledger.registerDevice(pool: s.pool, identity: s.identity, platform: .apns, token: "AA")
+            try await ledger.subscribe(s, deviceID: first)
+            _ = try await ledger.put(s, ["a": "1"])
+            let one = try ledger.pushNotifications(after: 0, limit: 1000, cache: cache)
+            #expect(one.notifications.map(\.deviceID) == [first])
+            let second = try await ledger.registerDevice(pool: s.pool, identity: s.identity, platform: .apns, token: "BB")
+            try await ledger.subscribe(s, deviceID: second)
+            _ = try await ledger.put(s, ["a": "2"])
+            let two = try ledger.pushNotifications(after: one.last, limit: 1000, cache: cache)
+            #expect(Set(two.notifications.map(\.deviceID)) == [first, second])
         }
     }
 

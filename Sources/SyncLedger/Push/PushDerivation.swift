@@ -1,10 +1,47 @@
 import Foundation
+import Synchronization
+
+/// What the dispatcher remembers between passes: the subscribers of each dataset and which
+/// pools have push sync configured. Both live in system streams, so an entry of a pool's
+/// `devices`, `subscriptions` or `configuration` stream in the feed forgets that pool's part.
+public final class PushDerivationCache: Sendable {
+    struct State {
+        var pushPools: [IdentityPoolID: Bool] = [:]
+        var subscribers: [StreamName: [Device]] = [:]
+    }
+
+    let state = Mutex(State())
+
+    /// An empty cache.
+    public init() {}
+
+    func forget(pool: IdentityPoolID) {
+        state.withLock { s in
+            s.pushPools[pool] = nil
+            s.subscribers = s.subscribers.filter { $0.key.pool != pool }
+        }
+    }
+}
+
+/// What one pass over the change feed calls for.
+public struct PushDerivation: Sendable {
+    /// One per device and dataset, with the newest sync count of the stretch read.
+    public var notifications: [PushNotification]
+    /// Changes not notified to a device whose token was reported dead, per transport.
+    public var skipped: [PushTransportKind: Int64]
+    /// Notifications replaced by a newer one of the same stretch, per transport.
+    public var collapsed: [PushTransportKind: Int64]
+    /// The position of the last commit read (the cursor given when there was none).
+    public var last: UInt64
+}
 
 extension Ledger {
     /// The notifications that the commits after change-feed position `cursor` call for: for
     /// every entry of a user's dataset, one per device of that identity subscribed to the
     /// dataset — except the device that made the change (the entry's `DeviceId`), devices
     /// whose token a push service reported dead, and pools with no push sync configured.
+    /// Several changes of one dataset in the stretch read give one notification per device,
+    /// with the newest sync count (collapse starts here).
     ///
     /// This is the one place notifications come from, so every path into a dataset
     /// (UpdateRecords, DeleteDataset, an offline merge, a later sync hook) is covered by
@@ -13,29 +50,36 @@ extension Ledger {
     /// - Parameters:
     ///   - cursor: the last position already derived.
     ///   - limit: the most commits to read.
-    /// - Returns: the notifications; the skipped ones per transport (disabled tokens); and
-    ///   the position of the last commit read (`cursor` when there was none).
-    public func pushNotifications(after cursor: UInt64, limit: Int) throws -> (notifications: [PushNotification], skipped: [PushTransportKind: Int64], last: UInt64) {
-        var notifications: [PushNotification] = []
+    ///   - cache: subscribers and pool settings kept from earlier passes (a fresh one when nil).
+    /// - Returns: the notifications, what was skipped and collapsed, and the position of the
+    ///   last commit read.
+    public func pushNotifications(after cursor: UInt64, limit: Int, cache: PushDerivationCache = PushDerivationCache()) throws -> PushDerivation {
+        var newest: [[UInt8]: PushNotification] = [:]
+        var order: [[UInt8]] = []
         var skipped: [PushTransportKind: Int64] = [:]
+        var collapsed: [PushTransportKind: Int64] = [:]
         var last = cursor
         var read = 0
-        var pushPools: [IdentityPoolID: Bool] = [:]
-        var subscribersOf: [StreamName: [Device]] = [:]
         try forEachCommit(after: cursor) { entry in
             read += 1
             last = entry.sequence
             let stream = entry.stream
-            guard stream.identity != Self.systemIdentity else { return read < limit }
-            let pushOn = try pushPools[stream.pool] ?? {
-                let arns = try poolConfiguration(stream.pool).pushSync?.applicationArns ?? []
-                pushPools[stream.pool] = !arns.isEmpty
-                return !arns.isEmpty
+            guard stream.identity != Self.systemIdentity else {
+                if ["devices", "subscriptions", "configuration"].contains(stream.dataset.rawValue) { cache.forget(pool: stream.pool) }
+                return read < limit
+            }
+            let pushOn = try cache.state.withLock({ $0.pushPools[stream.pool] }) ?? {
+                let on = !(try poolConfiguration(stream.pool).pushSync?.applicationArns ?? []).isEmpty
+                cache.state.withLock { $0.pushPools[stream.pool] = on }
+                return on
             }()
             guard pushOn else { return read < limit }
-            let devices = try subscribersOf[stream] ?? {
+            let devices = try cache.state.withLock({ $0.subscribers[stream] }) ?? {
                 let found = try subscribers(of: stream)
-                subscribersOf[stream] = found
+                cache.state.withLock { s in
+                    if s.subscribers.count > 100_000 { s.subscribers.removeAll() }
+                    s.subscribers[stream] = found
+                }
                 return found
             }()
             for device in devices where device.id != entry.device {
@@ -43,13 +87,15 @@ extension Ledger {
                     skipped[PushTransportKind(platform: device.platform), default: 0] += 1
                     continue
                 }
-                notifications.append(PushNotification(
+                let n = PushNotification(
                     pool: stream.pool.rawValue, identity: stream.identity.rawValue, dataset: stream.dataset.rawValue,
                     deviceID: device.id, platform: device.platform, token: device.token,
-                    syncCount: entry.offset, sequence: entry.sequence, committed: entry.time))
+                    syncCount: entry.offset, sequence: entry.sequence, committed: entry.time)
+                let key = n.key
+                if newest.updateValue(n, forKey: key) == nil { order.append(key) } else { collapsed[n.transport, default: 0] += 1 }
             }
             return read < limit
         }
-        return (notifications, skipped, last)
+        return PushDerivation(notifications: order.compactMap { newest[$0] }, skipped: skipped, collapsed: collapsed, last: last)
     }
 }

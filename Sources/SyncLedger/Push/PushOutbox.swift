@@ -128,7 +128,8 @@ public final class PushOutbox: Sendable {
     /// attempts and schedule stay: a transport in backoff is not hammered by a busy dataset.
     /// - Returns: how many rows were new or replaced.
     @discardableResult
-    public func enqueue(_ notifications: [PushNotification], cursor: UInt64, skipped: [PushTransportKind: Int64] = [:]) throws -> Int {
+    public func enqueue(_ notifications: [PushNotification], cursor: UInt64, skipped: [PushTransportKind: Int64] = [:],
+                        collapsed: [PushTransportKind: Int64] = [:]) throws -> Int {
         try write { txn in
             var changed = 0
             for n in notifications {
@@ -153,6 +154,10 @@ public final class PushOutbox: Sendable {
                 changed += 1
             }
             for (transport, count) in skipped where count > 0 { try bump(txn, transport, .skipped, by: count) }
+            for (transport, count) in collapsed where count > 0 {
+                try bump(txn, transport, .collapsed, by: count)
+                try bump(txn, transport, .queued, by: count)
+            }
             let current = try txn.get(meta, key: Self.cursorKey).map { $0.count == 8 ? $0.bigEndianUInt64() : 0 } ?? 0
             if cursor > current { try txn.put(meta, key: Self.cursorKey, value: [UInt8].bigEndian(cursor)) }
             return changed

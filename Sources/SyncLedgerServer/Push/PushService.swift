@@ -40,8 +40,9 @@ public struct PushOptions: Sendable {
 /// feed into the outbox, and a deliverer sends what is due over APNs, FCM and webhooks.
 ///
 /// Neither holds a write: the dispatcher wakes on the commit signal after a commit and reads
-/// the log like any reader; the outbox is its own LMDB environment. LMDB work runs on NIO's
-/// blocking pool, off Swift's cooperative threads.
+/// the log like any reader; the outbox is its own LMDB environment. LMDB work and the HTTP
+/// client run on their own lower-priority threads (``PushThreads``), off Swift's cooperative
+/// threads and the server's event loops.
 final class PushService: Sendable {
     let ledger: Ledger
     let outbox: PushOutbox
@@ -52,8 +53,12 @@ final class PushService: Sendable {
     /// Signalled when the outbox has new rows or an attempt finished.
     private let wake = CommitSignal()
     private let finished = Mutex<[(PushNotification, PushOutcome)]>([])
+    private let cache = PushDerivationCache()
 
-    init(ledger: Ledger, outbox: PushOutbox, client: HTTPClient, options: PushOptions, logger: Logger) throws {
+    let threads: PushThreads
+
+    init(ledger: Ledger, outbox: PushOutbox, client: HTTPClient, threads: PushThreads, options: PushOptions, logger: Logger) throws {
+        self.threads = threads
         self.ledger = ledger
         self.outbox = outbox
         self.senders = PushSenders(client: client, endpoints: options.endpoints, secrets: ledger.secrets)
@@ -74,7 +79,7 @@ final class PushService: Sendable {
     }
 
     private func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await NIOThreadPool.singleton.runIfActive(body)
+        try await threads.run(body)
     }
 
     // MARK: Dispatcher
@@ -95,9 +100,9 @@ final class PushService: Sendable {
     /// Derives the notifications of the next commits; whether there were any commits.
     private func dispatchOnce() throws -> Bool {
         let cursor = try outbox.cursor()
-        let (notifications, skipped, last) = try ledger.pushNotifications(after: cursor, limit: 4096)
-        guard last > cursor else { return false }
-        if try outbox.enqueue(notifications, cursor: last, skipped: skipped) > 0 { wake.signal() }
+        let pass = try ledger.pushNotifications(after: cursor, limit: 4096, cache: cache)
+        guard pass.last > cursor else { return false }
+        if try outbox.enqueue(pass.notifications, cursor: pass.last, skipped: pass.skipped, collapsed: pass.collapsed) > 0 { wake.signal() }
         return true
     }
 
