@@ -81,6 +81,27 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func anOfflineMergeDoesNotNotifyTheDeviceItCameFrom() async throws {
+        try await withLedger { server in
+            try await withLedger { device in
+                let s = stream("notes")
+                _ = try await server.setPoolConfiguration(s.pool, pushSync: PushSyncConfiguration(applicationArns: [Self.arn]), cognitoStreams: nil, caller: "admin")
+                let phone = try await server.registerDevice(pool: s.pool, identity: s.identity, platform: .apns, token: "AA")
+                let tablet = try await server.registerDevice(pool: s.pool, identity: s.identity, platform: .apns, token: "BB")
+                try await server.subscribe(s, deviceID: phone)
+                try await server.subscribe(s, deviceID: tablet)
+                _ = try await server.put(s, ["a": "1"])
+                try await device.merge(try #require(try server.streamSegment(s, after: 0)))
+                _ = try await device.put(s, ["b": "offline"], device: phone)
+                let start = try server.lastSequence
+                _ = try await server.mergeOffline(try #require(try device.streamSegment(s, after: 1)), deviceID: phone, sessionToken: try server.token(s))
+                let pass = try server.pushNotifications(after: start, limit: 100)
+                #expect(pass.notifications.map(\.deviceID) == [tablet])
+                #expect(pass.notifications.first?.syncCount == 2)
+            }
+        }
+    }
+
     @Test func poolsWithoutPushSyncGetNone() async throws {
         try await withLedger { ledger in
             let s = stream()
