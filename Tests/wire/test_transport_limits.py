@@ -101,10 +101,14 @@ def test_at_the_connection_limit_the_longest_idle_connection_makes_room(tmp_root
     s = start_server(tmp_root, "max-conn", ["--fast", "--max-connections", "4", "--header-timeout", "30",
                                             "--idle-timeout", "30"])
     try:
+        # Each is idle since its answer, in this order. (A connection that never sent a byte is
+        # idle since the server took it in, which under a loaded CPU can come after a later
+        # connection's answer: the test would not know which is oldest.)
         oldest = connect(s)
+        get_health(oldest, s)
         others = [connect(s) for _ in range(3)]
         for sock in others:
-            get_health(sock, s)                   # idle since their answer, after `oldest` opened
+            get_health(sock, s)
         # A fifth connection is served, and the longest-idle one was closed for it.
         with connect(s) as sock:
             get_health(sock, s)
