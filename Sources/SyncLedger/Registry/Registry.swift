@@ -141,22 +141,10 @@ extension Ledger {
     /// The live records of `stream` whose keys start with `prefix` (at most 400 UTF-8 bytes,
     /// so that it is stored inline in every matching key), in key order.
     func records(_ stream: StreamName, prefix: String) throws -> [(String, String)] {
-        precondition(prefix.utf8.count <= Schema.maxInlineKeyBytes)
-        return try read { txn in
+        try read { txn in
             guard let head = try head(txn, stream) else { return [] }
-            let start = Schema.recordKey(stream: head.id, key: prefix)
-            var result: [(String, String)] = []
-            try txn.withCursor(schema.records) { cursor in
-                var pair = try cursor.seek(atLeast: start)
-                while let current = pair, current.key.starts(with: start) {
-                    guard let (key, state) = try? Schema.decodeRecord(key: current.key, value: current.value) else {
-                        throw LedgerError(.corruptData, "a record does not decode", stream: stream)
-                    }
-                    if let value = state.value { result.append((key, value)) }
-                    pair = try cursor.next()
-                }
-            }
-            return result
+            return try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: head.id)
+                .storedRecords(prefix: prefix).map { ($0.key, $0.value) }
         }
     }
 
