@@ -15,6 +15,12 @@ public struct EnvironmentOptions: Sendable, Equatable {
     /// `false`: commits skip fsync (`MDB_NOSYNC`); a process crash loses nothing, a power cut
     /// or kernel crash can lose the latest commits. For benchmarks and bulk loads.
     public var durable: Bool = true
+    /// With ``durable``: `true` (the default) flushes the data and then the meta page on every
+    /// commit (two syncs). `false` (`MDB_NOMETASYNC`) flushes only the data; the meta page goes
+    /// with the next commit or the system's own flush. The database stays intact, but a power
+    /// cut or kernel crash may undo the latest commit — for stores whose latest commit can be
+    /// made again (the push outbox: it is derived from the log).
+    public var syncsMetadata: Bool = true
 
     /// The defaults: durable, a 256 MiB initial map.
     public init() {}
@@ -51,6 +57,7 @@ public final class Environment: @unchecked Sendable {
             try check(mdb_env_set_mapsize(env, options.initialMapSize))
             var flags = UInt32(MDB_NOTLS)
             if !options.durable { flags |= UInt32(MDB_NOSYNC) }
+            if options.durable, !options.syncsMetadata { flags |= UInt32(MDB_NOMETASYNC) }
             try check(mdb_env_open(env, path, flags, 0o600))  // owner only: the files hold users' data
         } catch {
             mdb_env_close(env)

@@ -28,7 +28,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "APNs sandbox base URL (env SYNCLEDGER_APNS_SANDBOX_URL; default https://api.sandbox.push.apple.com).") var apnsSandboxUrl: String?
     @Option(help: "FCM base URL (env SYNCLEDGER_FCM_URL; default https://fcm.googleapis.com). The OAuth token URL is the service account's token_uri.") var fcmUrl: String?
     @Option(help: "PEM certificates to trust for push services and webhooks, besides the system's (env SYNCLEDGER_PUSH_CA).") var pushCa: String?
-    @Option(help: "Most push notifications in flight at once (1-4096).") var pushConcurrency = 64
+    @Option(help: "Most push notifications in flight at once (1-4096).") var pushConcurrency = 256
     @Option(help: "Attempts before a notification goes to the dead letters (1-1000).") var pushMaxAttempts = 12
     @Option(help: "Seconds before the first retry of a failed notification; each further one doubles it.") var pushBackoff = 1.0
     @Option(help: "Longest wait in seconds between retries.") var pushMaxBackoff = 300.0

@@ -235,6 +235,22 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func rowsKeepEveryFieldThroughTheirEncoding() throws {
+        var n = note("device-é", sync: 42, at: 1_234)
+        n.attempts = 3
+        n.nextAttempt = Timestamp(milliseconds: 99)
+        n.inFlight = true
+        n.deadSince = Timestamp(milliseconds: 7)
+        n.retried = Timestamp(milliseconds: -5)
+        n.lastError = "APNs 400 BadTopic"
+        #expect(try PushOutbox.decode(PushOutbox.encode(n)) == n)
+        let plain = note("d", sync: 1)
+        #expect(try PushOutbox.decode(PushOutbox.encode(plain)) == plain)
+        var truncated = PushOutbox.encode(n)
+        truncated.removeLast()
+        #expect(throws: LedgerError.self) { try PushOutbox.decode(truncated) }
+    }
+
     @Test func applicationARNsNameTheirPlatform() {
         #expect(PushTransportConfiguration.platform(ofARN: Self.arn) == .apns)
         #expect(PushTransportConfiguration.platform(ofARN: "arn:aws:sns:eu-west-1:1:app/APNS_SANDBOX/x") == .apnsSandbox)

@@ -9,7 +9,23 @@ extension PushOutbox {
     ///
     /// - Returns: the leased rows, and how many expired.
     public func lease(now: Timestamp, limit: Int, policy: PushPolicy) throws -> (leased: [PushNotification], expired: Int) {
+        try write { txn in try lease(txn, now: now, limit: limit, policy: policy) }
+    }
+
+    /// Records outcomes (as ``settle(_:now:policy:)``) and leases up to `limit` due rows (as
+    /// ``lease(now:limit:policy:)``) in one transaction: the deliverer's one commit per round.
+    public func settleAndLease(_ results: [(PushNotification, PushOutcome)], now: Timestamp, limit: Int, policy: PushPolicy) throws
+        -> (settled: [Settled], leased: [PushNotification], expired: Int)
+    {
         try write { txn in
+            let settled = try results.map { try settle(txn, $0.0, $0.1, now: now, policy: policy) }
+            let (leased, expired) = limit > 0 ? try lease(txn, now: now, limit: limit, policy: policy) : ([], 0)
+            return (settled, leased, expired)
+        }
+    }
+
+    private func lease(_ txn: Transaction, now: Timestamp, limit: Int, policy: PushPolicy) throws -> (leased: [PushNotification], expired: Int) {
+        do {
             var candidates: [[UInt8]] = []
             try txn.withCursor(due) { cursor in
                 var pair = try cursor.first()

@@ -24,8 +24,10 @@ public final class PushOutbox: Sendable {
 
     /// Opens (creating if needed) the outbox in `directory`.
     ///
-    /// - Parameter durable: flush every commit to disk (as the ledger does). Even without it a
-    ///   crash loses nothing that the log cannot give back: a lost cursor move is derived again.
+    /// - Parameter durable: flush every commit to disk (as the ledger does). The outbox flushes
+    ///   only the data, not the meta page (`MDB_NOMETASYNC`): a power cut may undo its latest
+    ///   commit, which costs nothing but a repeat — a cursor move is derived again from the
+    ///   log, a settled notification is sent again (at least once).
     /// - Throws: ``LedgerError`` `.storage` when the folder cannot be made or opened.
     public init(directory: String, durable: Bool = true) throws {
         try makePrivateDirectory(directory, what: "the push outbox folder")
@@ -33,6 +35,7 @@ public final class PushOutbox: Sendable {
         options.initialMapSize = 64 << 20
         options.maxDatabases = 8
         options.durable = durable
+        options.syncsMetadata = false
         do {
             environment = try Environment(path: directory, options: options)
             meta = try environment.openDatabase("meta")
@@ -61,12 +64,43 @@ public final class PushOutbox: Sendable {
 
     // MARK: Rows
 
+    /// A row's bytes: version 1, then the fields in a fixed order (a compact binary form; the
+    /// outbox rewrites rows often under load, and JSON would cost more than the rest).
     static func encode(_ n: PushNotification) -> [UInt8] {
-        Array(try! JSONEncoder().encode(n))
+        var w = ByteWriter(capacity: 160 + n.token.utf8.count)
+        w.byte(1)
+        for text in [n.pool, n.identity, n.dataset, n.deviceID, n.platform.rawValue, n.token] { w.string(text) }
+        w.varint(n.syncCount)
+        w.varint(n.sequence)
+        w.signed(n.committed.milliseconds)
+        w.varint(UInt64(max(n.attempts, 0)))
+        w.signed(n.nextAttempt.milliseconds)
+        w.byte(n.inFlight ? 1 : 0)
+        for time in [n.deadSince, n.retried] {
+            if let time { w.byte(1); w.signed(time.milliseconds) } else { w.byte(0) }
+        }
+        if let error = n.lastError { w.byte(1); w.string(error) } else { w.byte(0) }
+        return w.bytes
     }
 
     static func decode(_ bytes: [UInt8]) throws -> PushNotification {
-        do { return try JSONDecoder().decode(PushNotification.self, from: Data(bytes)) } catch {
+        do throws(DecodeFailure) {
+            var r = ByteReader(bytes[...])
+            guard try r.byte() == 1 else { throw DecodeFailure(description: "unknown row version") }
+            let pool = try r.string(), identity = try r.string(), dataset = try r.string(), device = try r.string()
+            guard let platform = Platform(rawValue: try r.string()) else { throw DecodeFailure(description: "unknown platform") }
+            let token = try r.string()
+            var n = PushNotification(pool: pool, identity: identity, dataset: dataset, deviceID: device, platform: platform, token: token,
+                                     syncCount: try r.varint(), sequence: try r.varint(), committed: Timestamp(milliseconds: try r.signed()))
+            n.attempts = Int(clamping: try r.varint())
+            n.nextAttempt = Timestamp(milliseconds: try r.signed())
+            n.inFlight = try r.byte() == 1
+            n.deadSince = try r.byte() == 1 ? Timestamp(milliseconds: try r.signed()) : nil
+            n.retried = try r.byte() == 1 ? Timestamp(milliseconds: try r.signed()) : nil
+            n.lastError = try r.byte() == 1 ? try r.string() : nil
+            try r.expectEnd()
+            return n
+        } catch {
             throw LedgerError(.corruptData, "a push outbox row does not decode: \(error)")
         }
     }

@@ -14,7 +14,7 @@ public struct PushOptions: Sendable {
     /// Retries, time-to-live and giving up.
     public var policy = PushPolicy()
     /// The most notifications in flight at once.
-    public var concurrency = 64
+    public var concurrency = 256
 
     /// On, with Apple's and Google's addresses and the default policy.
     public init() {}
@@ -54,6 +54,11 @@ final class PushService: Sendable {
     private let wake = CommitSignal()
     private let finished = Mutex<[(PushNotification, PushOutcome)]>([])
     private let cache = PushDerivationCache()
+    private let pools = Mutex<[IdentityPoolID: (read: ContinuousClock.Instant, arns: [String], ttl: Duration)]>([:])
+    /// How long a finished attempt may wait for others before the outcomes are recorded.
+    static let settleWindow: Duration = .milliseconds(5)
+    /// The shortest time between two passes of the dispatcher over the feed.
+    static let dispatchInterval: Duration = .milliseconds(10)
 
     let threads: PushThreads
 
@@ -85,7 +90,13 @@ final class PushService: Sendable {
     // MARK: Dispatcher
 
     private func dispatchLoop() async {
+        var lastPass = ContinuousClock.now - Self.dispatchInterval
         while !Task.isCancelled {
+            // At most one pass (one outbox commit) per interval: under load, a pass takes in
+            // all the commits of the interval instead of one commit each.
+            let since = ContinuousClock.now - lastPass
+            if since < Self.dispatchInterval { try? await Task.sleep(for: Self.dispatchInterval - since) }
+            lastPass = .now
             let seen = ledger.commitSignal.generation
             do {
                 if try await offPool({ try self.dispatchOnce() }) { continue }
@@ -112,44 +123,46 @@ final class PushService: Sendable {
         let policy = options.policy
         await withDiscardingTaskGroup { group in
             var running = 0
+            // Outcomes wait up to `settleWindow` for the others in flight, and are recorded
+            // together with the next lease in one outbox commit (one fsync): a commit per
+            // notification would cap delivery at the disk's commit rate.
+            var unsettled: [(PushNotification, PushOutcome)] = []
+            var firstUnsettled = ContinuousClock.now
             while !Task.isCancelled {
                 let seen = wake.generation
                 let done = finished.withLock { list -> [(PushNotification, PushOutcome)] in
                     defer { list.removeAll() }
                     return list
                 }
-                var progressed = false
-                if !done.isEmpty {
-                    running -= done.count
-                    progressed = true
-                    do {
-                        let now = Timestamp.now
-                        let settled = try await offPool { try self.outbox.settle(done, now: now, policy: policy) }
-                        for ((n, outcome), result) in zip(done, settled) { record(n, outcome, result, at: now) }
-                    } catch {
-                        // The rows stay in flight until the next start releases them.
-                        logger.error("push: cannot record delivery outcomes", metadata: ["error": "\(error)"])
-                    }
+                if unsettled.isEmpty, !done.isEmpty { firstUnsettled = .now }
+                unsettled += done
+                let waited = ContinuousClock.now - firstUnsettled
+                if !unsettled.isEmpty, unsettled.count < running, waited < Self.settleWindow {
+                    _ = await wake.wait(after: seen, timeout: Self.settleWindow - waited)
+                    continue
                 }
-                if running < options.concurrency {
-                    do {
-                        let limit = options.concurrency - running
-                        let (leased, expired) = try await offPool { try self.outbox.lease(now: .now, limit: limit, policy: policy) }
-                        if expired > 0 { logger.info("push: notifications expired unsent", metadata: ["count": "\(expired)"]) }
-                        for n in leased {
-                            running += 1
-                            group.addTask {
-                                let outcome = await self.deliver(n)
-                                self.finished.withLock { $0.append((n, outcome)) }
-                                self.wake.signal()
-                            }
+                let batch = unsettled
+                unsettled = []
+                running -= batch.count
+                let limit = options.concurrency - running
+                do {
+                    let now = Timestamp.now
+                    let round = try await offPool { try self.outbox.settleAndLease(batch, now: now, limit: limit, policy: policy) }
+                    for ((n, outcome), result) in zip(batch, round.settled) { record(n, outcome, result, at: now) }
+                    if round.expired > 0 { logger.info("push: notifications expired unsent", metadata: ["count": "\(round.expired)"]) }
+                    for n in round.leased {
+                        running += 1
+                        group.addTask {
+                            let outcome = await self.deliver(n)
+                            self.finished.withLock { $0.append((n, outcome)) }
+                            self.wake.signal()
                         }
-                        progressed = progressed || !leased.isEmpty || expired > 0
-                    } catch {
-                        logger.error("push: cannot read the outbox", metadata: ["error": "\(error)"])
                     }
+                    if !batch.isEmpty || !round.leased.isEmpty || round.expired > 0 { continue }
+                } catch {
+                    // Settled rows stay in flight until the next start releases them.
+                    logger.error("push: cannot use the outbox", metadata: ["error": "\(error)"])
                 }
-                if progressed { continue }
                 // At most a second: `syncledger push retry`, run beside the server, puts rows
                 // back without a way to wake this process.
                 let next = try? await offPool { try self.outbox.nextDue() }
@@ -168,8 +181,7 @@ final class PushService: Sendable {
         do {
             let pool = try IdentityPoolID(n.pool)
             device = try ledger.device(pool: pool, id: n.deviceID)
-            arns = try ledger.poolConfiguration(pool).pushSync?.applicationArns ?? []
-            ttl = try outbox.timeToLive(pool: n.pool) ?? options.policy.defaultTimeToLive
+            (arns, ttl) = try poolSettings(pool)
         } catch {
             return .retry(reason: "cannot read the device registry: \(error)")
         }
@@ -200,6 +212,20 @@ final class PushService: Sendable {
             break
         }
         return outcome
+    }
+
+    /// A pool's application ARNs and time-to-live, read at most once a second per pool (a
+    /// change of either reaches delivery within a second).
+    private func poolSettings(_ pool: IdentityPoolID) throws -> (arns: [String], ttl: Duration) {
+        let now = ContinuousClock.now
+        if let hit = pools.withLock({ $0[pool] }), now - hit.read < .seconds(1) { return (hit.arns, hit.ttl) }
+        let arns = try ledger.poolConfiguration(pool).pushSync?.applicationArns ?? []
+        let ttl = try outbox.timeToLive(pool: pool.rawValue) ?? options.policy.defaultTimeToLive
+        pools.withLock { cache in
+            if cache.count > 10_000 { cache.removeAll() }
+            cache[pool] = (now, arns, ttl)
+        }
+        return (arns, ttl)
     }
 
     private func record(_ n: PushNotification, _ outcome: PushOutcome, _ result: PushOutbox.Settled, at now: Timestamp) {

@@ -101,7 +101,7 @@ final class PushSenders: Sendable {
     let client: HTTPClient
     let endpoints: PushEndpoints
     let secrets: SecretStore
-    private let cache = Mutex<[String: (configured: Timestamp, sender: any PushSender)]>([:])
+    private let cache = Mutex<[String: (configured: Timestamp, checked: ContinuousClock.Instant, sender: any PushSender)]>([:])
 
     init(client: HTTPClient, endpoints: PushEndpoints, secrets: SecretStore) {
         self.client = client
@@ -117,15 +117,21 @@ final class PushSenders: Sendable {
             return .failure(PushSenderError("the pool's PushSync.ApplicationArns has no application for platform \(platform.rawValue)"))
         }
         for arn in candidates {
+            // A sender made less than a second ago is used as is; after that the stored
+            // configuration is read again, so `push configure` reaches delivery within a second.
+            if let cached = cache.withLock({ $0[arn] }), ContinuousClock.now - cached.checked < .seconds(1) { return .success(cached.sender) }
             let configuration: PushTransportConfiguration?
             do { configuration = try secrets.pushTransport(arn: arn) } catch {
                 return .failure(PushSenderError("cannot read the push transport of \(arn): \(error)"))
             }
             guard let configuration else { continue }
-            if let cached = cache.withLock({ $0[arn] }), cached.configured == configuration.configured { return .success(cached.sender) }
+            if let cached = cache.withLock({ $0[arn] }), cached.configured == configuration.configured {
+                cache.withLock { $0[arn]?.checked = .now }
+                return .success(cached.sender)
+            }
             do {
                 let sender = try make(configuration, platform: platform)
-                cache.withLock { $0[arn] = (configuration.configured, sender) }
+                cache.withLock { $0[arn] = (configuration.configured, .now, sender) }
                 return .success(sender)
             } catch let error as PushSenderError {
                 return .failure(error)
