@@ -218,7 +218,7 @@ public enum SyncLedgerServer {
         let tls = try TLSFiles.pushClient(trusting: configuration.push.endpoints.caFile)
         var http = HTTPClient.Configuration(tlsConfiguration: tls, timeout: .init(connect: .seconds(10), read: .seconds(20)))
         http.httpVersion = .automatic
-        let threads = PushThreads()
+        let threads = PushThreads(niceness: configuration.push.niceness)
         let client = HTTPClient(eventLoopGroup: threads.loops, configuration: http)
         do {
             let outbox = try PushOutbox(directory: ledger.directory + "/push", durable: ledger.options.durable)

@@ -30,6 +30,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "PEM certificates to trust for push services and webhooks, besides the system's (env SYNCLEDGER_PUSH_CA).") var pushCa: String?
     @Option(help: "Most push notifications in flight at once (1-4096).") var pushConcurrency = 256
     @Option(help: "Attempts before a notification goes to the dead letters (1-1000).") var pushMaxAttempts = 12
+    @Option(help: "Nice value of the delivery threads, 0-19: higher leaves more of a busy machine to writes, and delivers later.") var pushNice: Int32 = 10
     @Option(help: "Seconds before the first retry of a failed notification; each further one doubles it.") var pushBackoff = 1.0
     @Option(help: "Longest wait in seconds between retries.") var pushMaxBackoff = 300.0
 
@@ -70,6 +71,7 @@ struct Serve: AsyncParsableCommand {
         if let url = fcmUrl ?? environment["SYNCLEDGER_FCM_URL"] { config.push.endpoints.fcm = url }
         config.push.endpoints.caFile = pushCa ?? environment["SYNCLEDGER_PUSH_CA"]
         config.push.concurrency = pushConcurrency
+        config.push.niceness = pushNice
         config.push.policy.maxAttempts = pushMaxAttempts
         config.push.policy.initialBackoff = Self.duration(pushBackoff)
         config.push.policy.maxBackoff = Self.duration(pushMaxBackoff)

@@ -15,6 +15,10 @@ public struct PushOptions: Sendable {
     public var policy = PushPolicy()
     /// The most notifications in flight at once.
     public var concurrency = 256
+    /// The nice value of the delivery threads: 0 runs them like the request threads, 19 at
+    /// the lowest priority. Higher values leave more of a busy machine to writes and make
+    /// notifications later.
+    public var niceness: Int32 = 10
 
     /// On, with Apple's and Google's addresses and the default policy.
     public init() {}
@@ -23,6 +27,7 @@ public struct PushOptions: Sendable {
     /// - Throws: ``StartupError`` naming the option.
     public func validate() throws {
         guard (1...4096).contains(concurrency) else { throw StartupError("--push-concurrency must be 1 to 4096, not \(concurrency)") }
+        guard (0...19).contains(niceness) else { throw StartupError("--push-nice must be 0 to 19, not \(niceness)") }
         guard (1...1000).contains(policy.maxAttempts) else { throw StartupError("--push-max-attempts must be 1 to 1000, not \(policy.maxAttempts)") }
         guard policy.initialBackoff > .zero, policy.initialBackoff <= policy.maxBackoff, policy.maxBackoff <= .seconds(86_400) else {
             throw StartupError("--push-backoff must be more than 0 and at most --push-max-backoff, which is at most 86400 seconds")
@@ -152,7 +157,7 @@ final class PushService: Sendable {
                     if round.expired > 0 { logger.info("push: notifications expired unsent", metadata: ["count": "\(round.expired)"]) }
                     for n in round.leased {
                         running += 1
-                        group.addTask {
+                        group.addTask(executorPreference: threads.executor) {
                             let outcome = await self.deliver(n)
                             self.finished.withLock { $0.append((n, outcome)) }
                             self.wake.signal()
