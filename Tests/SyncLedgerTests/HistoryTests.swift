@@ -220,4 +220,26 @@ import LedgerStorage
             #expect(error.code == .storage && error.message.contains(dir))
         }
     }
+
+    @Test func commitHeadersAreTheFeedWithoutItsEvents() async throws {
+        try await withLedger { ledger in
+            _ = try await ledger.put(stream("a"), ["k": "1"], device: "phone")
+            _ = try await ledger.put(stream("b"), ["k": "2"])
+            _ = try await ledger.put(stream("a"), ["k": nil], device: "tablet")
+            var full: [LogEntry] = []
+            try ledger.forEachCommit(after: 0) { full.append($0); return true }
+            var headers: [Ledger.CommitHeader] = []
+            try ledger.forEachCommitHeader(after: 0) { headers.append($0); return true }
+            #expect(headers.map(\.sequence) == full.map(\.sequence))
+            #expect(headers.map(\.stream) == full.map(\.stream))
+            #expect(headers.map(\.offset) == full.map(\.offset))
+            #expect(headers.map(\.time) == full.map(\.time))
+            #expect(headers.map(\.device) == full.map(\.device))
+            #expect(headers.map(\.device) == ["phone", nil, "tablet"])
+            var after: [UInt64] = []
+            try ledger.forEachCommitHeader(after: 1) { after.append($0.sequence); return after.count < 1 }
+            #expect(after == [2])
+            try ledger.forEachCommitHeader(after: .max) { _ in Issue.record("nothing follows the last sequence"); return true }
+        }
+    }
 }

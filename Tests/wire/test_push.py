@@ -110,9 +110,10 @@ def test_pending_notifications_collapse_and_all_arrive_when_the_service_is_back(
     ident.put("a", {"k": "2"})
     last = ident.put("a", {"k": "3"})
     ident.put("b", {"k": "1"})
+    # One row per device and dataset, however many changes it stands for.
     pending = [json.loads(line) for line in cli(push_server, "push", "pending", "--json").stdout.splitlines()]
-    mine = sorted((p["datasetName"], p["syncCount"]) for p in pending if p["identityId"] == ident.identity)
-    assert mine == [("a", last), ("b", 1)], pending
+    mine = sorted(p["datasetName"] for p in pending if p["identityId"] == ident.identity)
+    assert mine == ["a", "b"], pending
     bed.apns.set_down(False)
     got = bed.apns.wait_for(for_token(token), count=2)
     assert sorted((r.payload["data"]["datasetName"], r.payload["data"]["syncCount"]) for r in got) == [("a", str(last)), ("b", "1")]

@@ -146,6 +146,17 @@ public struct LogEntry: Hashable, Sendable {
         return (offset, Timestamp(milliseconds: try reader.signed()))
     }
 
+    /// The offset, time and device of a body, read without the author's text or the events
+    /// (the push dispatcher reads every commit this way).
+    static func peekHeader(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, device: String?) {
+        let version = try reader.byte()
+        guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
+        let offset = try reader.varint()
+        let time = Timestamp(milliseconds: try reader.signed())
+        try reader.skipString()
+        return (offset, time, version == 2 ? try reader.string() : nil)
+    }
+
     /// Checks a body as ``decodeBody(_:)`` would decode it — the same checks, every string's
     /// UTF-8 included — without making its strings and events. Returns its offset.
     static func checkBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp) {

@@ -36,6 +36,12 @@ public struct PushDerivation: Sendable {
 }
 
 extension Ledger {
+    /// The dataset's sync count now (the offset of its last entry; 0 for a stream that does
+    /// not exist): what a notification sent now announces, however many changes it stands for.
+    public func currentSyncCount(_ stream: StreamName) throws -> UInt64 {
+        try read { txn in try head(txn, stream)?.offset ?? 0 }
+    }
+
     /// The notifications that the commits after change-feed position `cursor` call for: for
     /// every entry of a user's dataset, one per device of that identity subscribed to the
     /// dataset — except the device that made the change (the entry's `DeviceId`), devices
@@ -60,7 +66,7 @@ extension Ledger {
         var collapsed: [PushTransportKind: Int64] = [:]
         var last = cursor
         var read = 0
-        try forEachCommit(after: cursor) { entry in
+        try forEachCommitHeader(after: cursor) { entry in
             read += 1
             last = entry.sequence
             let stream = entry.stream

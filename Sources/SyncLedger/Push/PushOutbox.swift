@@ -157,9 +157,10 @@ public final class PushOutbox: Sendable {
 
     /// Adds `notifications` and moves the cursor to `cursor`, in one transaction.
     ///
-    /// A row already pending for the same device and dataset is replaced by a newer sync count
-    /// (collapse) and kept when the new one is not newer (derived again after a crash). Its
-    /// attempts and schedule stay: a transport in backoff is not hammered by a busy dataset.
+    /// A row already pending for the same device and dataset stands for the new change too
+    /// (collapse: it is sent with the dataset's sync count at sending time); only a row being
+    /// sent records the newer sync count, so that it is sent again afterwards. Its attempts and
+    /// schedule stay: a transport in backoff is not hammered by a busy dataset.
     /// - Returns: how many rows were new or replaced.
     @discardableResult
     public func enqueue(_ notifications: [PushNotification], cursor: UInt64, skipped: [PushTransportKind: Int64] = [:],
@@ -168,18 +169,17 @@ public final class PushOutbox: Sendable {
             var changed = 0
             for n in notifications {
                 if let bytes = try txn.get(pending, key: n.key) {
+                    // A row waiting to be sent already stands for this change: it is sent with
+                    // the dataset's sync count at sending time, the newest. Only a row being
+                    // sent must learn that a newer change came, to be sent again after.
+                    try bump(txn, n.transport, .collapsed)
+                    try bump(txn, n.transport, .queued)
                     var row = try Self.decode(bytes)
-                    guard n.syncCount > row.syncCount else { continue }
+                    guard row.inFlight, n.syncCount > row.syncCount else { continue }
                     let old = row
                     row.syncCount = n.syncCount
                     row.sequence = n.sequence
-                    row.committed = n.committed
-                    row.token = n.token
-                    row.platform = n.platform
-                    row.retried = nil
-                    if !row.inFlight, row.attempts == 0 { row.nextAttempt = min(row.nextAttempt, n.nextAttempt) }
                     try putPending(txn, row, replacing: old)
-                    try bump(txn, n.transport, .collapsed)
                 } else {
                     try putPending(txn, n, replacing: nil)
                     try bump(txn, n.transport, .pending)

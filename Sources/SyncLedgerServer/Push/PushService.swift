@@ -158,8 +158,8 @@ final class PushService: Sendable {
                     for n in round.leased {
                         running += 1
                         group.addTask(executorPreference: threads.executor) {
-                            let outcome = await self.deliver(n)
-                            self.finished.withLock { $0.append((n, outcome)) }
+                            let (sent, outcome) = await self.deliver(n)
+                            self.finished.withLock { $0.append((sent, outcome)) }
                             self.wake.signal()
                         }
                     }
@@ -179,7 +179,20 @@ final class PushService: Sendable {
 
     /// One attempt: the device's token now, its pool's transport, the send, and — when the
     /// service says the token is dead — the device disabled in the registry.
-    private func deliver(_ n: PushNotification) async -> PushOutcome {
+    /// - Returns: the notification as sent (with the dataset's sync count at sending time, the
+    ///   newest: the row stands for every change since it was made), and the outcome.
+    private func deliver(_ leased: PushNotification) async -> (PushNotification, PushOutcome) {
+        var n = leased
+        do {
+            let stream = StreamName(pool: try IdentityPoolID(n.pool), identity: try IdentityID(n.identity), dataset: try DatasetName(n.dataset))
+            n.syncCount = max(n.syncCount, try ledger.currentSyncCount(stream))
+        } catch {
+            return (n, .retry(reason: "cannot read the dataset's sync count: \(error)"))
+        }
+        return (n, await send(n))
+    }
+
+    private func send(_ n: PushNotification) async -> PushOutcome {
         let device: Device?
         let arns: [String]
         let ttl: Duration
