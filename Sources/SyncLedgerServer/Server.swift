@@ -66,6 +66,8 @@ public struct ServerConfiguration: Sendable {
     public var followCA: String?
     /// How long the leader may hold a follower's pull that finds nothing new (at most 30 s).
     public var followWait: Duration = .seconds(20)
+    /// The live event streams of `GET /events`: keep-alive interval and bounds.
+    public var events = EventStreamOptions()
     /// Called once the server listens, with the bound port.
     public var onListening: @Sendable (Int) -> Void = { _ in }
 
@@ -99,6 +101,7 @@ public struct ServerConfiguration: Sendable {
             throw StartupError("--follow-ca is for an https:// leader (--follow https://HOST:PORT)")
         }
         guard followWait >= .zero, followWait <= CognitoAPI.maxFeedWait else { throw StartupError("--follow-wait must be 0 to 30 seconds") }
+        try events.validate(maxConnections: maxConnections)
     }
 
     /// Whether a URL's authority (after `scheme://`, up to the first `/`, `?` or `#`) has an
@@ -167,15 +170,16 @@ public enum SyncLedgerServer {
             connections: ConnectionRegistry(maximum: maxConnections),
             budget: BodyBudget(capacity: configuration.maxBufferedBodyBytes, connections: maxConnections, largestBody: configuration.maxBodyBytes),
             metrics: TransportMetrics())
+        let events = EventService(ledger: ledger, authenticator: api.authenticator, options: configuration.events, maxConnections: maxConnections, logger: logger)
         let handler = RequestHandler(
-            api: api,
+            api: api, events: events,
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication),
             transport: shared, ledger: ledger, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
         let onListening = configuration.onListening
         let host = configuration.host
         let listening = Atomic<Bool>(false)
         let app = Application(
-            responder: CallbackResponder<BasicRequestContext> { request, _ in await handler.respond(request) },
+            responder: CallbackResponder<ChannelRequestContext> { request, context in await handler.respond(request, channel: context.channel) },
             server: .guarded(shared, tls: tls, logger: logger),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "SyncLedger", backlog: 1024),
             onServerRunning: { channel in
@@ -189,16 +193,21 @@ public enum SyncLedgerServer {
             },
             logger: logger)
         let replication = follower.map { f in Task { await f.run() } }
+        let eventHub = Task { await events.run() }
         if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
         do {
             try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
         } catch {
             replication?.cancel()
             await replication?.value
+            eventHub.cancel()
+            await eventHub.value
             throw listening.load(ordering: .acquiring) ? error : Startup.describeBindError(error, host: configuration.host, port: configuration.port)
         }
         replication?.cancel()
         await replication?.value
+        eventHub.cancel()
+        await eventHub.value
         logger.info("stopped; closing the ledger")
     }
 

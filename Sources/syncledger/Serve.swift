@@ -23,6 +23,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
     @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?
     @Option(help: "Seconds the leader may hold a follower's pull that finds nothing new (0-30).") var followWait = 20.0
+    @Option(help: "Seconds between keep-alives on an idle event stream (GET /events): an SSE comment, a WebSocket ping (0.1-3600).") var eventsKeepalive = 15.0
+    @Option(help: "Most event streams open at once watching one identity; more get 429.") var eventsPerIdentity = 8
+    @Option(help: "Most event streams open at once (default: half of --max-connections, so other requests find room); more get 429.") var maxEventStreams: Int?
 
     func validate() throws {
         guard (1...86_400).contains(sessionLifetime) else {
@@ -54,6 +57,9 @@ struct Serve: AsyncParsableCommand {
         config.follow = follow
         config.followCA = followCa
         config.followWait = Self.duration(followWait)
+        config.events.keepAlive = Self.duration(eventsKeepalive)
+        config.events.perIdentity = eventsPerIdentity
+        config.events.maxStreams = maxEventStreams
         let environment = ProcessInfo.processInfo.environment
         config.adminAccessKeyID = environment["SYNCLEDGER_ACCESS_KEY_ID"]
         config.adminSecretAccessKey = environment["SYNCLEDGER_SECRET_ACCESS_KEY"]

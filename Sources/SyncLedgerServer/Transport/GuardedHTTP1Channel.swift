@@ -44,7 +44,7 @@ struct GuardedHTTP1Channel: ServerChildChannel {
         // The request guard talks to this connection's ConnectionGuard; both live on the
         // channel's event loop, where Hummingbird calls the handler factory during setup.
         let requestGuard = NIOLoopBound(RequestGuard(connection: connectionGuard, shared: shared, logger: self.logger), eventLoop: channel.eventLoop)
-        let perConnection = HTTP1Channel(responder: responder, configuration: Self.configuration(shared, extra: [requestGuard.value]))
+        let perConnection = HTTP1Channel(responder: responder, configuration: Self.configuration(shared, extra: [requestGuard.value, EventStreamInputWatcher()]))
         return perConnection.setup(channel: channel, logger: logger)
     }
 
