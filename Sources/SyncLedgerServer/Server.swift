@@ -180,7 +180,7 @@ public enum SyncLedgerServer {
         let listening = Atomic<Bool>(false)
         let app = Application(
             responder: CallbackResponder<ChannelRequestContext> { request, context in await handler.respond(request, channel: context.channel) },
-            server: .guarded(shared, tls: tls, logger: logger),
+            server: .guarded(shared, events: events, tls: tls, logger: logger),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "SyncLedger", backlog: 1024),
             onServerRunning: { channel in
                 listening.store(true, ordering: .releasing)

@@ -8,6 +8,13 @@ import SyncLedgerTestSupport
 /// The live event streams' hub, mailboxes and sessions over a real ledger: bounded queues,
 /// scopes, system streams, and the join from the log to the hub without a gap or a duplicate.
 @Suite struct EventHubTests {
+    /// Fast mode: these tests are about ordering, not durability.
+    private var fast: LedgerOptions {
+        var options = LedgerOptions()
+        options.durable = false
+        return options
+    }
+
     private func service(_ ledger: Ledger, capacity: Int = 1024, keepAlive: Duration = .seconds(30), perIdentity: Int = 8) -> EventService {
         var options = EventStreamOptions()
         options.keepAlive = keepAlive
@@ -44,7 +51,7 @@ import SyncLedgerTestSupport
     }
 
     @Test func aMailboxPastItsCapacityEndsForOverflowAndDropsItsQueue() async throws {
-        try await withLedger { ledger in
+        try await withLedger(fast) { ledger in
             try await ledger.put(stream(), ["k": "v"])
             let summary = try #require(try ledger.commitSummaries(after: 0, limit: 1).first)
             let subscriber = EventSubscriber(id: 1, scope: scope(identity: "1"), capacity: 2)
@@ -59,7 +66,7 @@ import SyncLedgerTestSupport
     }
 
     @Test func anEventWrittenWhileCatchingUpIsNotQueuedAgain() async throws {
-        try await withLedger { ledger in
+        try await withLedger(fast) { ledger in
             try await ledger.put(stream(), ["k": "1"])
             try await ledger.put(stream(), ["k": "2"])
             let summaries = try ledger.commitSummaries(after: 0, limit: 10)
@@ -73,7 +80,7 @@ import SyncLedgerTestSupport
     }
 
     @Test func summariesCarryTheDeviceAndTheDeleteButNoValues() async throws {
-        try await withLedger { ledger in
+        try await withLedger(fast) { ledger in
             try await ledger.put(stream("d"), ["k": String(repeating: "x", count: 1000)], device: "phone")
             _ = try await ledger.deleteDataset(stream("d"), caller: "test")
             let summaries = try ledger.commitSummaries(after: 0, limit: 10)
@@ -86,7 +93,7 @@ import SyncLedgerTestSupport
     }
 
     @Test func theHubDeliversToMatchingScopesOnlyAndNeverSystemStreams() async throws {
-        try await withLedger { ledger in
+        try await withLedger(fast) { ledger in
             let service = service(ledger)
             let hub = Task { await service.run() }
             defer { hub.cancel() }
@@ -109,7 +116,7 @@ import SyncLedgerTestSupport
     }
 
     @Test func aStreamResumingWhileWritesGoOnSeesEveryEntryOnceInOrder() async throws {
-        try await withLedger { ledger in
+        try await withLedger(fast) { ledger in
             // A small batch makes the stream read the log several times before it joins.
             let service = service(ledger)
             for i in 0..<700 {
@@ -134,7 +141,7 @@ import SyncLedgerTestSupport
     }
 
     @Test func keepAliveTicksCarryTheHubsPosition() async throws {
-        try await withLedger { ledger in
+        try await withLedger(fast) { ledger in
             let service = service(ledger, keepAlive: .milliseconds(100))
             try await ledger.put(stream(identity: "2"), ["k": "v"])
             let hub = Task { await service.run() }
@@ -149,7 +156,7 @@ import SyncLedgerTestSupport
     }
 
     @Test func theBoundsCountPerIdentityAndInAllAndGiveBackWhenDropped() async throws {
-        try await withLedger { ledger in
+        try await withLedger(fast) { ledger in
             let admission = EventAdmission(perIdentity: 2, total: 3, metrics: EventMetrics())
             let one = IdentityKey(stream(identity: "1"))
             var tickets = [try admission.admit(one), try admission.admit(one)]

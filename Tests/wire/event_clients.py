@@ -1,14 +1,20 @@
 """Clients of `GET /events` for the wire tests: a Server-Sent Events reader over a raw socket
 (chunked transfer decoding and the WHATWG parsing rules, read by a thread into a queue, so a
-test waits on the events themselves with a timeout), a WebSocket reader (the `websockets`
-package), and the two ways to sign: an Authorization header or a presigned URL (botocore's
-SigV4QueryAuth)."""
+test waits on the events themselves with a timeout), a WebSocket client (the `websockets`
+package) and a bare one that shows control frames, and the two ways to sign: an Authorization
+header or a presigned URL (botocore's SigV4QueryAuth)."""
 
+import base64
 import json
+import os
 import queue
 import socket
+import struct
 import threading
 from urllib.parse import quote, urlencode, urlsplit
+
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from botocore.auth import SigV4Auth, SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
@@ -147,3 +153,73 @@ def expect_refused(stream, code, status):
     assert stream.headers.get("content-type") == "application/json", stream.headers
     assert isinstance(stream.error, dict) and stream.error.get("message"), stream.error
     return stream.error["message"]
+
+
+# -- WebSocket ---------------------------------------------------------------------------------
+
+def open_ws(server, params=None, **kwargs):
+    """`GET /events` upgraded to a WebSocket with the `websockets` client (it answers pings by
+    itself). Raises `websockets.exceptions.InvalidStatus` when the upgrade is refused."""
+    target, headers = events_target(server, params, **kwargs)
+    return connect(f"ws://{server.host}{target}", additional_headers={k: v for k, v in headers.items() if k.lower() != "host"},
+                   proxy=None, open_timeout=5, ping_interval=None, compression=None, close_timeout=2, legacy=True)
+
+
+def ws_refusal(server, params=None, **kwargs):
+    """The refusal of a WebSocket upgrade: (status, headers, parsed JSON body)."""
+    try:
+        ws = open_ws(server, params, **kwargs)
+    except InvalidStatus as refused:
+        response = refused.response
+        return response.status_code, response.headers, json.loads(response.body)
+    ws.close()
+    raise AssertionError("the upgrade was accepted")
+
+
+def ws_message(ws, timeout=5, events_only=True):
+    """The next message, parsed; position messages are skipped unless `events_only` is false."""
+    while True:
+        message = json.loads(ws.recv(timeout=timeout))
+        if not events_only or message.get("type") != "position":
+            return message
+
+
+class BareWebSocket:
+    """A WebSocket client that answers nothing by itself and returns every frame the server
+    sends, control frames included: (opcode, payload)."""
+
+    def __init__(self, server, target, headers, timeout=10):
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        head = (f"GET {target} HTTP/1.1\r\nHost: {server.host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n")
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
+        self.sock.sendall((head + "\r\n").encode())
+        self.file = self.sock.makefile("rb")
+        self.status = int(self.file.readline().split()[1])
+        while self.file.readline() not in (b"\r\n", b""):
+            pass
+
+    def frame(self):
+        """The next frame, or None when the server closed the connection."""
+        try:
+            first = self.file.read(2)
+            if len(first) < 2:
+                return None
+            opcode, length = first[0] & 0x0F, first[1] & 0x7F
+            if length == 126:
+                length = struct.unpack("!H", self.file.read(2))[0]
+            elif length == 127:
+                length = struct.unpack("!Q", self.file.read(8))[0]
+            return opcode, self.file.read(length)
+        except OSError:
+            return None
+
+    def send_close(self):
+        mask = os.urandom(4)
+        payload = struct.pack("!H", 1000)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.sock.sendall(bytes([0x88, 0x80 | len(payload)]) + mask + masked)
+
+    def close(self):
+        self.sock.close()

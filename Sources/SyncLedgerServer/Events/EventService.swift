@@ -65,6 +65,23 @@ final class EventService: Sendable {
         return (session, credential)
     }
 
+    /// Whether the credential a stream opened with may still be used: nil if so, else why not
+    /// (revoked — `credentials revoke`, or a stored admin key once one is configured — or
+    /// expired, a rotated key's grace included). Checked at each keep-alive; a failure to read
+    /// the secrets keeps the stream.
+    func recheck(_ credential: Credential) -> EventSubscriber.Ending? {
+        let current: Credential?
+        if let admin = authenticator.configuredAdmin, admin.accessKeyID == credential.accessKeyID {
+            current = admin
+        } else {
+            let found: Credential?
+            do { found = try ledger.secrets.credential(accessKeyID: credential.accessKeyID) } catch { return nil }
+            current = authenticator.configuredAdmin != nil && found?.scope == .admin ? nil : found
+        }
+        guard let current, current.secretAccessKey == credential.secretAccessKey, current.scope == credential.scope else { return .revoked }
+        return current.isExpired(at: .now) ? .expired : nil
+    }
+
     /// The identity a credential names, for logs (nil for an admin).
     static func identity(_ credential: Credential) -> String? {
         if case .identity(_, let identity) = credential.scope { return identity }
@@ -106,10 +123,12 @@ struct EventSession: Sendable {
         if !joined, let batch = await catchUp() { return batch }
         let batch = await subscriber.next()
         if let last = batch.events.last { cursor = max(cursor, last.sequence) }
-        if let position = batch.keepAlive { cursor = max(cursor, position) }
-        if batch.ending == nil, credential.isExpired(at: .now) {
-            subscriber.end(.expired)
-            return .init(ending: .expired)
+        if let position = batch.keepAlive {
+            cursor = max(cursor, position)
+            if let ending = service.recheck(credential) {
+                subscriber.end(ending)
+                return .init(ending: ending)
+            }
         }
         return batch
     }

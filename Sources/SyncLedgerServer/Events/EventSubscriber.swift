@@ -17,6 +17,8 @@ final class EventSubscriber: Sendable {
         case shutdown
         /// Its credential expired.
         case expired
+        /// Its credential was revoked.
+        case revoked
         /// Writing to the connection failed, or the log could not be read.
         case failed
     }
