@@ -140,6 +140,27 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func aStreamThatDoesNotReadIsEndedForOverflowAndResumesFromTheLog() async throws {
+        try await withLedger(fast) { ledger in
+            let service = service(ledger, capacity: 3)
+            let hub = Task { await service.run() }
+            defer { hub.cancel() }
+            let last = try ledger.lastSequence
+            var slow = try session(service, scope(identity: "1"), after: last)
+            // It joins the hub, then reads nothing while 5 changes come to its queue of 3.
+            #expect(service.hub.join(slow.subscriber, after: last))
+            for i in 0..<5 { try await ledger.put(stream(identity: "1"), ["k": "\(i)"]) }
+            while slow.subscriber.ending == nil { await Task.yield() }
+            #expect(await slow.next().ending == .overflow)
+            slow.close(.overflow)
+            #expect(service.hub.subscribers == 0)
+            // Resuming from the start reads all five from the log.
+            var resumed = try session(service, scope(identity: "1"), after: 0)
+            #expect(await collect(&resumed, until: 5, of: "ds").count == 5)
+            resumed.close(.disconnected)
+        }
+    }
+
     @Test func keepAliveTicksCarryTheHubsPosition() async throws {
         try await withLedger(fast) { ledger in
             let service = service(ledger, keepAlive: .milliseconds(100))
