@@ -69,6 +69,8 @@ public struct ServerConfiguration: Sendable {
     public var followWait: Duration = .seconds(20)
     /// Push delivery: on unless turned off; a follower never delivers (its leader does).
     public var push = PushOptions()
+    /// The live event streams of `GET /events`: keep-alive interval and bounds.
+    public var events = EventStreamOptions()
     /// Called once the server listens, with the bound port.
     public var onListening: @Sendable (Int) -> Void = { _ in }
 
@@ -103,6 +105,7 @@ public struct ServerConfiguration: Sendable {
         }
         guard followWait >= .zero, followWait <= CognitoAPI.maxFeedWait else { throw StartupError("--follow-wait must be 0 to 30 seconds") }
         try push.validate()
+        try events.validate(maxConnections: maxConnections)
     }
 
     /// Whether a URL's authority (after `scheme://`, up to the first `/`, `?` or `#`) has an
@@ -173,16 +176,17 @@ public enum SyncLedgerServer {
             connections: ConnectionRegistry(maximum: maxConnections),
             budget: BodyBudget(capacity: configuration.maxBufferedBodyBytes, connections: maxConnections, largestBody: configuration.maxBodyBytes),
             metrics: TransportMetrics())
+        let events = EventService(ledger: ledger, authenticator: api.authenticator, options: configuration.events, maxConnections: maxConnections, logger: logger)
         let handler = RequestHandler(
-            api: api,
+            api: api, events: events,
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication),
             transport: shared, ledger: ledger, push: push?.service, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
         let onListening = configuration.onListening
         let host = configuration.host
         let listening = Atomic<Bool>(false)
         let app = Application(
-            responder: CallbackResponder<BasicRequestContext> { request, _ in await handler.respond(request) },
-            server: .guarded(shared, tls: tls, logger: logger),
+            responder: CallbackResponder<ChannelRequestContext> { request, context in await handler.respond(request, channel: context.channel) },
+            server: .guarded(shared, events: events, tls: tls, logger: logger),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "SyncLedger", backlog: 1024),
             onServerRunning: { channel in
                 listening.store(true, ordering: .releasing)
@@ -196,6 +200,7 @@ public enum SyncLedgerServer {
             logger: logger)
         let replication = follower.map { f in Task { await f.run() } }
         let delivery = push.map { p in Task { await p.service.run() } }
+        let eventHub = Task { await events.run() }
         if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
         do {
             try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
@@ -204,12 +209,16 @@ public enum SyncLedgerServer {
             await replication?.value
             delivery?.cancel()
             await delivery?.value
+            eventHub.cancel()
+            await eventHub.value
             throw listening.load(ordering: .acquiring) ? error : Startup.describeBindError(error, host: configuration.host, port: configuration.port)
         }
         replication?.cancel()
         await replication?.value
         delivery?.cancel()
         await delivery?.value
+        eventHub.cancel()
+        await eventHub.value
         logger.info("stopped; closing the ledger")
     }
 

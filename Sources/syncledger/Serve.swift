@@ -33,6 +33,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Nice value of the delivery threads, 0-19: higher leaves more of a busy machine to writes, and delivers later.") var pushNice: Int32 = 10
     @Option(help: "Seconds before the first retry of a failed notification; each further one doubles it.") var pushBackoff = 1.0
     @Option(help: "Longest wait in seconds between retries.") var pushMaxBackoff = 300.0
+    @Option(help: "Seconds between keep-alives on an idle event stream (GET /events): an SSE comment, a WebSocket ping (0.1-3600).") var eventsKeepalive = 15.0
+    @Option(help: "Most event streams open at once watching one identity; more get 429.") var eventsPerIdentity = 8
+    @Option(help: "Most event streams open at once (default: half of --max-connections, so other requests find room); more get 429.") var maxEventStreams: Int?
 
     func validate() throws {
         guard (1...86_400).contains(sessionLifetime) else {
@@ -64,6 +67,9 @@ struct Serve: AsyncParsableCommand {
         config.follow = follow
         config.followCA = followCa
         config.followWait = Self.duration(followWait)
+        config.events.keepAlive = Self.duration(eventsKeepalive)
+        config.events.perIdentity = eventsPerIdentity
+        config.events.maxStreams = maxEventStreams
         let environment = ProcessInfo.processInfo.environment
         config.push.enabled = !noPush
         if let url = apnsUrl ?? environment["SYNCLEDGER_APNS_URL"] { config.push.endpoints.apns = url }

@@ -165,9 +165,18 @@ public struct LogEntry: Hashable, Sendable {
         return (head.offset, head.time)
     }
 
+    /// What the live event stream needs of a body — its offset, device and whether it deletes
+    /// the dataset — read with the same checks as ``decodeBody(_:)``, without making its keys
+    /// and values.
+    static func summarizeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, device: String?, deletesDataset: Bool) {
+        var none: [Event]?
+        let head = try walkBody(&reader, events: &none, readDevice: true)
+        return (head.offset, head.device, head.deletesDataset)
+    }
+
     /// The one reader of the body format: with `events` non-nil, makes the author and appends
-    /// every event to it; with nil, only checks them.
-    private static func walkBody(_ reader: inout ByteReader, events: inout [Event]?) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String?, device: String?) {
+    /// every event to it; with nil, only checks them (and makes the device if `readDevice`).
+    private static func walkBody(_ reader: inout ByteReader, events: inout [Event]?, readDevice: Bool = false) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String?, device: String?, deletesDataset: Bool) {
         let version = try reader.byte()
         guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
         let offset = try reader.varint()
@@ -178,8 +187,9 @@ public struct LogEntry: Hashable, Sendable {
         var device: String?
         if make { author = try reader.string() } else { try reader.skipString() }
         if version == 2 {
-            if make { device = try reader.string() } else { try reader.skipString() }
+            if make || readDevice { device = try reader.string() } else { try reader.skipString() }
         }
+        var deletesDataset = false
         let count = try reader.varint()
         guard count <= UInt64(reader.remaining) else { throw DecodeFailure(description: "event count \(count) exceeds the entry's size") }
         if make { events!.reserveCapacity(Int(count)) }
@@ -207,12 +217,13 @@ public struct LogEntry: Hashable, Sendable {
                     if kind == 5 { _ = try reader.signed() }
                 }
             case 3:
+                deletesDataset = true
                 if make { events!.append(.deleteDataset) }
             default:
                 throw DecodeFailure(description: "unknown event kind \(kind)")
             }
         }
-        return (offset, time, author, device)
+        return (offset, time, author, device, deletesDataset)
     }
 
     /// `SHA-256(previousHash ‖ len(name) ‖ name ‖ body)`.

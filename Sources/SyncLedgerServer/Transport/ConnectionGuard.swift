@@ -29,6 +29,8 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         case awaitingHead(started: Bool)
         /// A head arrived; its body is being read.
         case readingBody
+        /// Upgraded (a WebSocket took the connection over): no more requests, no timeouts.
+        case upgraded
         /// A refusal was sent: what comes is discarded until the linger ends.
         case lingering
         /// Closed or closing.
@@ -37,7 +39,7 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         /// Whether requests are still being served.
         var isOpen: Bool {
             switch self {
-            case .awaitingHead, .readingBody: true
+            case .awaitingHead, .readingBody, .upgraded: true
             case .lingering, .closed: false
             }
         }
@@ -103,14 +105,14 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         switch shared.connections.admit(context.channel) {
         case .admitted:
             admitted = true
-            arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
+            armFirstHead()
         case .admittedEvicting(let victim, let wasReceiving):
             admitted = true
             shared.metrics.count(.connectionEvicted)
             let which = wasReceiving ? "the connection whose unfinished request started the longest ago" : "the longest-idle connection"
             logger.debug("connection limit reached: closed \(which)", metadata: ["max_connections": "\(shared.connections.maximum)"])
             victim.close(promise: nil)
-            arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
+            armFirstHead()
         case .refused:
             shared.metrics.count(.connectionRefused)
             logger.debug("connection limit reached with every connection busy: closed the new one", metadata: ["max_connections": "\(shared.connections.maximum)"])
@@ -129,6 +131,9 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
             arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
         case .lingering, .closed:
             return  // a refusal was sent: what follows is discarded unparsed
+        case .upgraded:
+            context.fireChannelRead(data)
+            return
         default:
             break
         }
@@ -180,6 +185,17 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         publish()
     }
 
+    /// The connection was upgraded to a WebSocket (an event stream): its head and body timers
+    /// stop, and like a response being written it is busy — never evicted — until it closes.
+    func upgraded() {
+        guard phase.isOpen else { return }
+        phase = .upgraded
+        disarm()
+        receivingSince = nil
+        busy = true
+        publish()
+    }
+
     /// Gives the registry the connection's state, when it changed.
     private func publish() {
         guard admitted, let context, phase.isOpen else { return }
@@ -219,6 +235,19 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         timer = context.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(max(nanoseconds, 1))) { [self] in
             timer = nil
             expired(reason)
+        }
+    }
+
+    /// The first request's head must come within the header timeout — or the idle timeout,
+    /// when shorter: a new connection that sends nothing is idle. (Hummingbird's idle handler
+    /// joins the pipeline only with the first request, once the WebSocket upgrade handler let
+    /// it through.)
+    private func armFirstHead() {
+        let limits = shared.limits
+        if limits.idleTimeout < limits.headerTimeout {
+            arm(after: limits.idleTimeout, reason: nil)
+        } else {
+            arm(after: limits.headerTimeout, reason: .headerTimeout)
         }
     }
 

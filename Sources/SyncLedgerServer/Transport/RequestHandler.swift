@@ -8,6 +8,8 @@ import SyncLedger
 /// `/metrics` need no signature.
 struct RequestHandler: Sendable {
     let api: CognitoAPI
+    /// `GET /events`: live event streams.
+    let events: EventService
     let metrics: ServerMetrics
     let transport: TransportShared
     let ledger: Ledger
@@ -15,15 +17,24 @@ struct RequestHandler: Sendable {
     let maxBodyBytes: Int
     let logger: Logger
 
-    func respond(_ request: Request) async -> Response {
+    func respond(_ request: Request, channel: any Channel) async -> Response {
         let start = ContinuousClock.now
         let path = request.uri.path
+        if path == EventService.path {
+            let (response, identity) = await EventStream.respond(request, channel: channel, service: events)
+            let elapsed = (ContinuousClock.now - start).components
+            let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+            metrics.record(operation: "GetEvents", status: response.status.code, seconds: seconds)
+            logger.info("request", metadata: ["op": "GetEvents", "identity": "\(identity ?? "-")", "status": "\(response.status.code)", "ms": "\(Int(seconds * 1000))"])
+            return response
+        }
         if request.method == .get, path == "/health" {
             return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}")))
         }
         if request.method == .get, path == "/metrics" {
             let text = metrics.render(ledger: ledger) + transport.metrics.render(connections: transport.connections, budget: transport.budget)
                 + (push.map { $0.metrics.render(outbox: $0.outbox, ledger: ledger) } ?? "")
+                + events.renderMetrics()
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
         }
         var request = request

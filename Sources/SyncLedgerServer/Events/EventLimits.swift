@@ -1,0 +1,150 @@
+import Synchronization
+
+/// The options of `GET /events` (``ServerConfiguration/events``).
+public struct EventStreamOptions: Sendable {
+    /// How often a stream with nothing to send gets a keep-alive (an SSE comment, a WebSocket
+    /// ping): 15 s, as the SSE specification suggests for proxies.
+    public var keepAlive: Duration = .seconds(15)
+    /// The most streams open at once that watch one identity (`--events-per-identity`).
+    public var perIdentity = 8
+    /// The most streams open at once (`--max-event-streams`); nil: half of
+    /// ``ServerConfiguration/maxConnections``, so that ordinary requests always find room.
+    public var maxStreams: Int?
+    /// The most events queued for one stream; a client slower than that is disconnected and
+    /// resumes from the log.
+    public var queueCapacity = 1024
+
+    /// The defaults.
+    public init() {}
+
+    /// The total bound for a server of `maxConnections` connections.
+    func total(maxConnections: Int) -> Int { maxStreams ?? maxConnections / 2 }
+
+    /// Checks the values.
+    /// - Throws: ``StartupError`` naming the option and the value.
+    func validate(maxConnections: Int) throws {
+        guard keepAlive >= .milliseconds(100), keepAlive <= .seconds(3600) else {
+            throw StartupError("--events-keepalive must be 0.1 to 3600 seconds")
+        }
+        guard perIdentity >= 1 else { throw StartupError("--events-per-identity must be at least 1, not \(perIdentity)") }
+        if let maxStreams {
+            guard maxStreams >= 0, maxStreams < maxConnections else {
+                throw StartupError("--max-event-streams must be 0 to \(maxConnections - 1) (below --max-connections \(maxConnections), so that other requests find room), not \(maxStreams)")
+            }
+        }
+        guard (1...1_000_000).contains(queueCapacity) else { throw StartupError("the event queue capacity must be 1 to 1000000") }
+    }
+}
+
+/// Counts open event streams against their bounds: at most ``perIdentity`` watching one
+/// identity (an identity's own streams, and admin streams filtered to it), at most ``total``
+/// in all (admin streams over several identities count only here).
+final class EventAdmission: Sendable {
+    let perIdentity: Int
+    let total: Int
+    private struct State {
+        var open = 0
+        var byIdentity: [IdentityKey: Int] = [:]
+    }
+    private let state = Mutex(State())
+    private let metrics: EventMetrics
+
+    init(perIdentity: Int, total: Int, metrics: EventMetrics) {
+        self.perIdentity = perIdentity
+        self.total = total
+        self.metrics = metrics
+    }
+
+    /// Streams open now.
+    var open: Int { state.withLock { $0.open } }
+
+    /// Takes a place for a stream watching `identity` (nil: several identities).
+    /// - Throws: ``WireError`` TooManyRequestsException (429) at either bound.
+    func admit(_ identity: IdentityKey?) throws -> EventTicket {
+        let refusal = state.withLock { s -> EventMetrics.Refusal? in
+            guard s.open < total else { return .total }
+            if let identity {
+                guard s.byIdentity[identity, default: 0] < perIdentity else { return .perIdentity }
+                s.byIdentity[identity, default: 0] += 1
+            }
+            s.open += 1
+            return nil
+        }
+        switch refusal {
+        case nil:
+            return EventTicket(admission: self, identity: identity)
+        case .perIdentity?:
+            metrics.refused(.perIdentity)
+            throw WireError(type: "TooManyRequestsException", status: 429, message: "identity \(identity.map { "\($0.identity)" } ?? "") already has \(perIdentity) event streams open, the most allowed (--events-per-identity); close one or retry later")
+        case .total?:
+            metrics.refused(.total)
+            throw WireError(type: "TooManyRequestsException", status: 429, message: "the server has \(total) event streams open, the most allowed (--max-event-streams); retry later")
+        }
+    }
+
+    fileprivate func release(_ identity: IdentityKey?) {
+        state.withLock { s in
+            s.open -= 1
+            if let identity {
+                s.byIdentity[identity, default: 1] -= 1
+                if s.byIdentity[identity] == 0 { s.byIdentity[identity] = nil }
+            }
+        }
+    }
+}
+
+/// A stream's place under the bounds, given back when the last reference to it goes — however
+/// the stream ends, even if it never started.
+final class EventTicket: Sendable {
+    private let admission: EventAdmission
+    private let identity: IdentityKey?
+
+    fileprivate init(admission: EventAdmission, identity: IdentityKey?) {
+        self.admission = admission
+        self.identity = identity
+    }
+
+    deinit { admission.release(identity) }
+}
+
+/// Counters and gauges of the event streams, rendered into `/metrics`.
+final class EventMetrics: Sendable {
+    enum Refusal: String, CaseIterable, Sendable {
+        case perIdentity = "per_identity"
+        case total
+    }
+
+    private let sent = Atomic<UInt64>(0)
+    private let closed = Mutex([EventSubscriber.Ending: UInt64]())
+    private let refusals = Mutex([Refusal: UInt64]())
+
+    init() {}
+
+    func sent(_ events: Int) { sent.add(UInt64(events), ordering: .relaxed) }
+    func closed(_ reason: EventSubscriber.Ending) { closed.withLock { $0[reason, default: 0] += 1 } }
+    func refused(_ reason: Refusal) { refusals.withLock { $0[reason, default: 0] += 1 } }
+
+    /// The Prometheus text: open streams (admitted, and joined to the hub), events sent,
+    /// streams ended by reason, streams refused by bound.
+    func render(open: Int, subscribed: Int, position: UInt64) -> String {
+        let closed = closed.withLock { $0 }
+        let refusals = refusals.withLock { $0 }
+        var out = "# HELP syncledger_event_streams Open event streams (GET /events, SSE and WebSocket).\n# TYPE syncledger_event_streams gauge\n"
+        out += "syncledger_event_streams \(open)\n"
+        out += "# HELP syncledger_event_stream_subscribers Event streams caught up with the log and fed by the hub.\n# TYPE syncledger_event_stream_subscribers gauge\n"
+        out += "syncledger_event_stream_subscribers \(subscribed)\n"
+        out += "# HELP syncledger_event_hub_position The change-feed position the event hub has handed out.\n# TYPE syncledger_event_hub_position gauge\n"
+        out += "syncledger_event_hub_position \(position)\n"
+        out += "# HELP syncledger_events_sent_total Events written to event streams.\n# TYPE syncledger_events_sent_total counter\n"
+        out += "syncledger_events_sent_total \(sent.load(ordering: .relaxed))\n"
+        out += "# HELP syncledger_event_streams_closed_total Event streams ended, by reason (overflow: the client read too slowly).\n# TYPE syncledger_event_streams_closed_total counter\n"
+        for reason in EventSubscriber.Ending.allCases {
+            out += "syncledger_event_streams_closed_total{reason=\"\(reason.rawValue)\"} \(closed[reason] ?? 0)\n"
+        }
+        out += "# HELP syncledger_event_streams_refused_total Event streams refused (429) at a bound.\n# TYPE syncledger_event_streams_refused_total counter\n"
+        for reason in Refusal.allCases {
+            out += "syncledger_event_streams_refused_total{reason=\"\(reason.rawValue)\"} \(refusals[reason] ?? 0)\n"
+        }
+        return out
+    }
+}

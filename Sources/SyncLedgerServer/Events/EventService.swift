@@ -1,0 +1,177 @@
+import Foundation
+import Logging
+import NIOPosix
+import SyncLedger
+
+/// `GET /events`: live event streams over Server-Sent Events (``EventStream``) and WebSocket
+/// (``EventSocket``), one ``EventHub`` for all of them.
+///
+/// Opening a stream is checked in this order, each failure the API's JSON error, before
+/// anything is held for the connection: SigV4 (the same ``Authenticator`` as the Cognito API,
+/// header or presigned URL), the parameters and scope (an identity sees only its own events),
+/// `Last-Event-ID` (a position the log has reached), then the bounds (429).
+final class EventService: Sendable {
+    let ledger: Ledger
+    let authenticator: Authenticator
+    let hub: EventHub
+    let admission: EventAdmission
+    let metrics: EventMetrics
+    let options: EventStreamOptions
+    let logger: Logger
+
+    init(ledger: Ledger, authenticator: Authenticator, options: EventStreamOptions, maxConnections: Int, logger: Logger) {
+        let metrics = EventMetrics()
+        self.ledger = ledger
+        self.authenticator = authenticator
+        self.metrics = metrics
+        self.options = options
+        self.logger = logger
+        hub = EventHub(ledger: ledger, keepAlive: options.keepAlive, metrics: metrics, logger: logger)
+        admission = EventAdmission(perIdentity: options.perIdentity, total: options.total(maxConnections: maxConnections), metrics: metrics)
+    }
+
+    /// The path of the event stream.
+    static let path = "/events"
+
+    /// Runs the hub until the task is cancelled (the server stops).
+    func run() async { await hub.run() }
+
+    /// The Prometheus text of the event streams.
+    func renderMetrics() -> String {
+        metrics.render(open: admission.open, subscribed: hub.subscribers, position: hub.position)
+    }
+
+    /// Authenticates, authorizes and admits a request for a stream; the session it returns
+    /// holds its place under the bounds until it is dropped.
+    ///
+    /// - Throws: ``WireError`` — 403 (not signed, bad signature, another identity), 400 (bad
+    ///   parameters, a malformed or future `Last-Event-ID`), 429 (a bound reached).
+    func open(_ request: WireRequest) async throws -> (EventSession, Credential) {
+        guard request.header("host") != nil else {
+            throw WireError.invalidParameter("the request has no Host header; HTTP/1.1 requires one and the signature covers it")
+        }
+        guard let query = SigV4.queryPairs(request.rawQuery) else {
+            throw WireError.invalidParameter("the query string has a malformed percent-escape or is not UTF-8")
+        }
+        let credential = try authenticator.authenticate(request, queryPairs: query)
+        let parsed = try EventRequest.parse(query: query, lastEventID: request.header("last-event-id"), credential: credential)
+        let last = try ledger.lastSequence
+        if let resume = parsed.resumeAfter, resume > last {
+            throw WireError.invalidParameter("event id \(resume) is past the end of the log (\(last)): it was not sent by this server's ledger")
+        }
+        let ticket = try admission.admit(parsed.scope.identityKey)
+        let subscriber = EventSubscriber(id: hub.nextID(), scope: parsed.scope, capacity: options.queueCapacity)
+        let session = EventSession(service: self, subscriber: subscriber, ticket: ticket, credential: credential, start: parsed.resumeAfter ?? last)
+        return (session, credential)
+    }
+
+    /// Whether the credential a stream opened with may still be used: nil if so, else why not
+    /// (revoked — `credentials revoke`, or a stored admin key once one is configured — or
+    /// expired, a rotated key's grace included). Checked at each keep-alive; a failure to read
+    /// the secrets keeps the stream.
+    func recheck(_ credential: Credential) -> EventSubscriber.Ending? {
+        let current: Credential?
+        if let admin = authenticator.configuredAdmin, admin.accessKeyID == credential.accessKeyID {
+            current = admin
+        } else {
+            let found: Credential?
+            do { found = try ledger.secrets.credential(accessKeyID: credential.accessKeyID) } catch { return nil }
+            current = authenticator.configuredAdmin != nil && found?.scope == .admin ? nil : found
+        }
+        guard let current, current.secretAccessKey == credential.secretAccessKey, current.scope == credential.scope else { return .revoked }
+        return current.isExpired(at: .now) ? .expired : nil
+    }
+
+    /// The identity a credential names, for logs (nil for an admin).
+    static func identity(_ credential: Credential) -> String? {
+        if case .identity(_, let identity) = credential.scope { return identity }
+        return nil
+    }
+}
+
+/// One open stream's source of events: first the log from its start position (read by the
+/// stream itself, in batches), then — once it reached the hub's position — what the hub
+/// delivers. Owned by the stream's task.
+struct EventSession: Sendable {
+    let service: EventService
+    let subscriber: EventSubscriber
+    /// Its place under the bounds; given back when the session goes.
+    let ticket: EventTicket
+    let credential: Credential
+    /// The position it started after: events after it are sent.
+    let start: UInt64
+    /// Every event up to here was taken.
+    private(set) var cursor: UInt64
+    private var joined = false
+
+    init(service: EventService, subscriber: EventSubscriber, ticket: EventTicket, credential: Credential, start: UInt64) {
+        self.service = service
+        self.subscriber = subscriber
+        self.ticket = ticket
+        self.credential = credential
+        self.start = start
+        self.cursor = start
+    }
+
+    /// The next events to send, a keep-alive, or the end.
+    mutating func next() async -> EventSubscriber.Batch {
+        if let ending = subscriber.ending { return .init(ending: ending) }
+        if credential.isExpired(at: .now) {
+            subscriber.end(.expired)
+            return .init(ending: .expired)
+        }
+        if !joined, let batch = await catchUp() { return batch }
+        let batch = await subscriber.next()
+        if let last = batch.events.last { cursor = max(cursor, last.sequence) }
+        if let position = batch.keepAlive {
+            cursor = max(cursor, position)
+            if let ending = service.recheck(credential) {
+                subscriber.end(ending)
+                return .init(ending: ending)
+            }
+        }
+        return batch
+    }
+
+    /// Reads the log after ``cursor`` until it finds events to send (returned) or reaches the
+    /// hub's position and joins it (nil: continue with the hub).
+    private mutating func catchUp() async -> EventSubscriber.Batch? {
+        let ledger = service.ledger
+        let scope = subscriber.scope
+        let limit = EventHub.batch
+        let began = ContinuousClock.now
+        while true {
+            if let ending = subscriber.ending { return .init(ending: ending) }
+            let from = cursor
+            let summaries: [CommitSummary]
+            do {
+                summaries = try await NIOThreadPool.singleton.runIfActive { try ledger.commitSummaries(after: from, limit: limit) }
+            } catch {
+                service.logger.error("an event stream could not read the log", metadata: ["error": "\(error)"])
+                subscriber.end(.failed)
+                return .init(ending: .failed)
+            }
+            let events = summaries.filter { scope.matches($0.stream) }.map(StreamEvent.init)
+            if let last = summaries.last { cursor = last.sequence }
+            if summaries.count < limit, service.hub.join(subscriber, after: cursor) {
+                joined = true
+                return events.isEmpty ? nil : .init(events: events)
+            }
+            if !events.isEmpty { return .init(events: events) }
+            // A long stretch of other identities' entries: tell the client where it stands.
+            if ContinuousClock.now - began >= service.options.keepAlive { return .init(keepAlive: cursor) }
+        }
+    }
+
+    /// Ends the session: it leaves the hub and the reason is counted. Its place under the
+    /// bounds is given back when the session is dropped.
+    func close(_ reason: EventSubscriber.Ending) {
+        subscriber.end(reason)
+        service.hub.leave(subscriber)
+        let ending = subscriber.ending ?? reason
+        service.metrics.closed(ending)
+        service.logger.debug("event stream ended", metadata: [
+            "reason": "\(ending.rawValue)", "identity": "\(EventService.identity(credential) ?? "-")", "position": "\(cursor)",
+        ])
+    }
+}
