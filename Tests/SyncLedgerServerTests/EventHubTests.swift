@@ -20,14 +20,18 @@ import SyncLedgerTestSupport
         options.keepAlive = keepAlive
         options.queueCapacity = capacity
         options.perIdentity = perIdentity
-        return EventService(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: nil), options: options,
+        return EventService(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: admin), options: options,
                             maxConnections: 100, logger: Logger(label: "test"))
     }
+
+    /// The credential the sessions open with (the configured admin, so that the check at each
+    /// keep-alive finds it).
+    private let admin = Credential(accessKeyID: "AKIDTEST", secretAccessKey: "secret", scope: .admin)
 
     private func session(_ service: EventService, _ scope: EventScope, after start: UInt64) throws -> EventSession {
         let subscriber = EventSubscriber(id: service.hub.nextID(), scope: scope, capacity: service.options.queueCapacity)
         return EventSession(service: service, subscriber: subscriber, ticket: try service.admission.admit(scope.identityKey),
-                            credential: Credential(accessKeyID: "AKIDTEST", secretAccessKey: "secret", scope: .admin), start: start)
+                            credential: admin, start: start)
     }
 
     private func scope(identity: String) -> EventScope {
@@ -169,10 +173,29 @@ import SyncLedgerTestSupport
             defer { hub.cancel() }
             var session = try session(service, scope(identity: "1"), after: 0)
             var batch = await session.next()
-            while batch.keepAlive == nil { batch = await session.next() }
+            while batch.keepAlive == nil, batch.ending == nil { batch = await session.next() }
+            #expect(batch.ending == nil)
             #expect(batch.events.isEmpty)
             #expect(batch.keepAlive! >= 1)
             session.close(.disconnected)
+        }
+    }
+
+    @Test func aSessionWhoseCredentialIsRevokedEndsAtTheNextKeepAlive() async throws {
+        try await withLedger(fast) { ledger in
+            let service = service(ledger, keepAlive: .milliseconds(50))
+            let hub = Task { await service.run() }
+            defer { hub.cancel() }
+            let stored = Credential.generate(scope: .identity(pool: "test:0", identity: "test:1"))
+            try ledger.secrets.store(stored)
+            var session = EventSession(service: service, subscriber: EventSubscriber(id: service.hub.nextID(), scope: scope(identity: "1"), capacity: 8),
+                                       ticket: try service.admission.admit(nil), credential: stored, start: try ledger.lastSequence)
+            #expect(await session.next().keepAlive != nil)
+            try ledger.secrets.revoke(accessKeyID: stored.accessKeyID)
+            var batch = await session.next()
+            for _ in 0..<100 where batch.ending == nil { batch = await session.next() }
+            #expect(batch.ending == .revoked)
+            session.close(.revoked)
         }
     }
 

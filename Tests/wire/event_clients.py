@@ -11,6 +11,7 @@ import queue
 import socket
 import struct
 import threading
+import time
 from urllib.parse import quote, urlencode, urlsplit
 
 from websockets.exceptions import InvalidStatus
@@ -20,7 +21,7 @@ from botocore.auth import SigV4Auth, SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from conftest import ADMIN_KEY, ADMIN_SECRET, REGION, SERVICE
+from conftest import ADMIN_KEY, ADMIN_SECRET, REGION, SERVICE, Dataset, new_id, start_server
 
 EOF = object()
 
@@ -223,3 +224,55 @@ class BareWebSocket:
 
     def close(self):
         self.sock.close()
+
+
+# -- test helpers ------------------------------------------------------------------------------
+
+def start_events_server(tmp_root, name):
+    """A server for event tests: keep-alives every second, at most 3 streams per identity."""
+    return start_server(tmp_root, name, ["--fast", "--events-keepalive", "1", "--events-per-identity", "3"])
+
+
+class Identity:
+    """A fresh identity with its own credential and sync helpers through it."""
+
+    def __init__(self, server, pool=None):
+        self.pool, self.identity = pool or new_id(), new_id()
+        self.cred = server.mint(self.pool, self.identity)
+        self.ds = Dataset(server.client_for(self.cred), self.pool, self.identity)
+        self.server = server
+
+    def open(self, params=None, **kwargs):
+        return open_sse(self.server, params, key=self.cred["AccessKeyId"], secret=self.cred["SecretAccessKey"], **kwargs)
+
+    def open_ws(self, params=None, **kwargs):
+        return open_ws(self.server, params, key=self.cred["AccessKeyId"], secret=self.cred["SecretAccessKey"], **kwargs)
+
+    def keys(self):
+        return dict(key=self.cred["AccessKeyId"], secret=self.cred["SecretAccessKey"])
+
+    def put(self, dataset, key="k", value="v", **kw):
+        return self.ds.put(dataset, {key: value}, **kw)
+
+
+def metric(server, name, **labels):
+    text = server.get("/metrics").text
+    wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+    for line in text.splitlines():
+        if line.startswith(wanted + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{wanted} is not in /metrics")
+
+
+def wait_metric(server, name, value, timeout=5):
+    deadline = time.monotonic() + timeout
+    while (current := metric(server, name)) != value:
+        assert time.monotonic() < deadline, f"{name} is {current}, not {value}, after {timeout} s"
+        time.sleep(0.02)
+
+
+def first_block(stream):
+    """The block a stream starts with: `retry` and the position it starts after."""
+    block = stream.block()
+    assert block is not EOF and block.get("retry") == "3000" and "data" not in block, block
+    return int(block["id"])
