@@ -380,7 +380,10 @@ def test_bodies_declared_and_never_sent_do_not_take_the_budget(tmp_root):
             answers = [answered(s) for s in attackers]
             assert answers == [None] * count, f"the declared bodies were answered or closed: {answers}"
             assert transport_metric(server, "syncledger_http_buffered_body_bytes") == 0
-            assert transport_metric(server, 'syncledger_http_connections_by_state{state="receiving"}') == count
+            # The connection asking for /metrics may itself still count as receiving while it is
+            # answered (its request's end is read after the answer starts): count or count + 1.
+            receiving = transport_metric(server, 'syncledger_http_connections_by_state{state="receiving"}')
+            assert receiving in (count, count + 1), receiving
         finally:
             dos.close_all(attackers)
 
