@@ -221,25 +221,19 @@ import LedgerStorage
         }
     }
 
-    @Test func commitHeadersAreTheFeedWithoutItsEvents() async throws {
+    @Test func commitSummariesAreTheFeedWithoutItsRecords() async throws {
         try await withLedger { ledger in
             _ = try await ledger.put(stream("a"), ["k": "1"], device: "phone")
             _ = try await ledger.put(stream("b"), ["k": "2"])
             _ = try await ledger.put(stream("a"), ["k": nil], device: "tablet")
             var full: [LogEntry] = []
             try ledger.forEachCommit(after: 0) { full.append($0); return true }
-            var headers: [Ledger.CommitHeader] = []
-            try ledger.forEachCommitHeader(after: 0) { headers.append($0); return true }
-            #expect(headers.map(\.sequence) == full.map(\.sequence))
-            #expect(headers.map(\.stream) == full.map(\.stream))
-            #expect(headers.map(\.offset) == full.map(\.offset))
-            #expect(headers.map(\.time) == full.map(\.time))
-            #expect(headers.map(\.device) == full.map(\.device))
-            #expect(headers.map(\.device) == ["phone", nil, "tablet"])
-            var after: [UInt64] = []
-            try ledger.forEachCommitHeader(after: 1) { after.append($0.sequence); return after.count < 1 }
-            #expect(after == [2])
-            try ledger.forEachCommitHeader(after: .max) { _ in Issue.record("nothing follows the last sequence"); return true }
+            let summaries = try ledger.commitSummaries(after: 0, limit: 100)
+            #expect(summaries.map(\.sequence) == full.map(\.sequence))
+            #expect(summaries.map(\.stream) == full.map(\.stream))
+            #expect(summaries.map(\.offset) == full.map(\.offset))
+            #expect(summaries.map(\.time) == full.map(\.time))
+            #expect(summaries.map(\.device) == ["phone", nil, "tablet"])
         }
     }
 }

@@ -1,8 +1,8 @@
 import LedgerStorage
 
-/// One entry of the change feed as a live event stream needs it: where it is (its commit
-/// sequence, stream and offset), the device it names and whether it deleted the dataset — read
-/// without making its records' keys and values.
+/// One entry of the change feed as a live event stream and the push dispatcher need it: where
+/// it is (its commit sequence, stream and offset), when it was committed, the device it names and
+/// whether it deleted the dataset — read without making its records' keys and values.
 public struct CommitSummary: Hashable, Sendable {
     /// Its position in the change feed.
     public let sequence: UInt64
@@ -10,16 +10,19 @@ public struct CommitSummary: Hashable, Sendable {
     public let stream: StreamName
     /// Its offset in the stream: the dataset's sync count after it.
     public let offset: UInt64
+    /// When it was committed.
+    public let time: Timestamp
     /// The device the caller wrote from, when the entry names one.
     public let device: String?
     /// Whether the entry deleted the dataset.
     public let deletesDataset: Bool
 
     /// A summary (for tests and callers that build their own).
-    public init(sequence: UInt64, stream: StreamName, offset: UInt64, device: String?, deletesDataset: Bool) {
+    public init(sequence: UInt64, stream: StreamName, offset: UInt64, time: Timestamp, device: String?, deletesDataset: Bool) {
         self.sequence = sequence
         self.stream = stream
         self.offset = offset
+        self.time = time
         self.device = device
         self.deletesDataset = deletesDataset
     }
@@ -50,7 +53,7 @@ extension Ledger {
                         _ = try reader.raw(32)  // the hash
                         if names[id] == nil { names[id] = try streamName(txn, id: id) }
                         let body = try LogEntry.summarizeBody(&reader)
-                        result.append(CommitSummary(sequence: seq, stream: names[id]!, offset: body.offset, device: body.device, deletesDataset: body.deletesDataset))
+                        result.append(CommitSummary(sequence: seq, stream: names[id]!, offset: body.offset, time: body.time, device: body.device, deletesDataset: body.deletesDataset))
                     } catch let failure as DecodeFailure {
                         throw LedgerError(.corruptData, "log entry at sequence \(seq) does not decode: \(failure)")
                     }

@@ -146,17 +146,6 @@ public struct LogEntry: Hashable, Sendable {
         return (offset, Timestamp(milliseconds: try reader.signed()))
     }
 
-    /// The offset, time and device of a body, read without the author's text or the events
-    /// (the push dispatcher reads every commit this way).
-    static func peekHeader(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, device: String?) {
-        let version = try reader.byte()
-        guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
-        let offset = try reader.varint()
-        let time = Timestamp(milliseconds: try reader.signed())
-        try reader.skipString()
-        return (offset, time, version == 2 ? try reader.string() : nil)
-    }
-
     /// Checks a body as ``decodeBody(_:)`` would decode it — the same checks, every string's
     /// UTF-8 included — without making its strings and events. Returns its offset.
     static func checkBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp) {
@@ -168,10 +157,10 @@ public struct LogEntry: Hashable, Sendable {
     /// What the live event stream needs of a body — its offset, device and whether it deletes
     /// the dataset — read with the same checks as ``decodeBody(_:)``, without making its keys
     /// and values.
-    static func summarizeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, device: String?, deletesDataset: Bool) {
+    static func summarizeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, device: String?, deletesDataset: Bool) {
         var none: [Event]?
         let head = try walkBody(&reader, events: &none, readDevice: true)
-        return (head.offset, head.device, head.deletesDataset)
+        return (head.offset, head.time, head.device, head.deletesDataset)
     }
 
     /// The one reader of the body format: with `events` non-nil, makes the author and appends

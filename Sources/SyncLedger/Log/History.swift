@@ -130,61 +130,6 @@ extension Ledger {
         }
     }
 
-    /// What ``forEachCommitHeader(after:_:)`` reads of an entry: no author, no events.
-    public struct CommitHeader: Sendable {
-        /// Its position in the change feed.
-        public let sequence: UInt64
-        /// Its stream.
-        public let stream: StreamName
-        /// Its offset in the stream (the dataset's sync count after it).
-        public let offset: UInt64
-        /// When it was committed.
-        public let time: Timestamp
-        /// The device it was written from, when it names one.
-        public let device: String?
-    }
-
-    /// Like ``forEachCommit(after:_:)``, reading only where each entry is, when it was made
-    /// and from which device — several times cheaper for a reader that needs no more.
-    public func forEachCommitHeader(after sequence: UInt64 = 0, _ body: (CommitHeader) throws -> Bool) throws {
-        guard sequence < UInt64.max else { return }
-        var next = sequence + 1
-        var names: [UInt64: StreamName] = [:]
-        while true {
-            let batch = try read { txn -> [CommitHeader] in
-                var result: [CommitHeader] = []
-                try txn.withCursor(schema.log) { cursor in
-                    var pair = try cursor.seek(atLeast: .bigEndian(next))
-                    while let current = pair, result.count < Self.scanBatch {
-                        let seq = current.key.bigEndianUInt64()
-                        var reader = ByteReader(current.value)
-                        let id: UInt64
-                        let head: (offset: UInt64, time: Timestamp, device: String?)
-                        do throws(DecodeFailure) {
-                            id = try reader.fixed64()
-                            _ = try reader.raw(32)
-                            head = try LogEntry.peekHeader(&reader)
-                        } catch {
-                            throw LedgerError(.corruptData, "log entry at sequence \(seq) does not decode: \(error)")
-                        }
-                        if names[id] == nil {
-                            if names.count > 4096 { names.removeAll() }
-                            names[id] = try streamName(txn, id: id)
-                        }
-                        result.append(CommitHeader(sequence: seq, stream: names[id]!, offset: head.offset, time: head.time, device: head.device))
-                        pair = try cursor.next()
-                    }
-                }
-                return result
-            }
-            for header in batch {
-                guard try body(header) else { return }
-            }
-            guard batch.count == Self.scanBatch, let last = batch.last else { return }
-            next = last.sequence + 1
-        }
-    }
-
     /// The sequence of the latest commit (0 when the ledger is empty).
     public var lastSequence: UInt64 {
         get throws {

@@ -56,7 +56,7 @@ extension Ledger {
     /// - Parameters:
     ///   - cursor: the last position already derived.
     ///   - limit: the most commits to read.
-    ///   - cache: subscribers and pool settings kept from earlier passes (a fresh one when nil).
+    ///   - cache: subscribers and pool settings kept from earlier passes (by default a fresh one).
     /// - Returns: the notifications, what was skipped and collapsed, and the position of the
     ///   last commit read.
     public func pushNotifications(after cursor: UInt64, limit: Int, cache: PushDerivationCache = PushDerivationCache()) throws -> PushDerivation {
@@ -65,21 +65,19 @@ extension Ledger {
         var skipped: [PushTransportKind: Int64] = [:]
         var collapsed: [PushTransportKind: Int64] = [:]
         var last = cursor
-        var read = 0
-        try forEachCommitHeader(after: cursor) { entry in
-            read += 1
+        for entry in try commitSummaries(after: cursor, limit: limit) {
             last = entry.sequence
             let stream = entry.stream
-            guard stream.identity != Self.systemIdentity else {
+            guard !entry.isSystem else {
                 if ["devices", "subscriptions", "configuration"].contains(stream.dataset.rawValue) { cache.forget(pool: stream.pool) }
-                return read < limit
+                continue
             }
             let pushOn = try cache.state.withLock({ $0.pushPools[stream.pool] }) ?? {
                 let on = !(try poolConfiguration(stream.pool).pushSync?.applicationArns ?? []).isEmpty
                 cache.state.withLock { $0.pushPools[stream.pool] = on }
                 return on
             }()
-            guard pushOn else { return read < limit }
+            guard pushOn else { continue }
             let devices = try cache.state.withLock({ $0.subscribers[stream] }) ?? {
                 let found = try subscribers(of: stream)
                 cache.state.withLock { s in
@@ -100,7 +98,6 @@ extension Ledger {
                 let key = n.key
                 if newest.updateValue(n, forKey: key) == nil { order.append(key) } else { collapsed[n.transport, default: 0] += 1 }
             }
-            return read < limit
         }
         return PushDerivation(notifications: order.compactMap { newest[$0] }, skipped: skipped, collapsed: collapsed, last: last)
     }
