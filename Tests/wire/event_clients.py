@@ -15,6 +15,8 @@ import time
 from urllib.parse import quote, urlencode, urlsplit
 
 from websockets.exceptions import InvalidStatus
+
+from test_transport import metric  # noqa: F401 (the one reader of /metrics samples; tests import it from here too)
 from websockets.sync.client import connect
 
 from botocore.auth import SigV4Auth, SigV4QueryAuth
@@ -253,15 +255,6 @@ class Identity:
 
     def put(self, dataset, key="k", value="v", **kw):
         return self.ds.put(dataset, {key: value}, **kw)
-
-
-def metric(server, name, **labels):
-    text = server.get("/metrics").text
-    wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
-    for line in text.splitlines():
-        if line.startswith(wanted + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{wanted} is not in /metrics")
 
 
 def wait_metric(server, name, value, timeout=5):
