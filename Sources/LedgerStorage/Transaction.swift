@@ -119,6 +119,13 @@ public final class Transaction {
         try check(mdb_drop(handle, db.dbi, 0))
     }
 
+    /// The keys in `db` and the pages (branch, leaf, overflow) its B-tree holds.
+    public func statistics(_ db: Database) throws -> (entries: Int, pages: Int) {
+        var stat = MDB_stat()
+        try check(mdb_stat(handle, db.dbi, &stat))
+        return (stat.ms_entries, stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages)
+    }
+
     /// The number of keys in `db`.
     public func count(_ db: Database) throws -> Int {
         var stat = MDB_stat()

@@ -131,4 +131,7 @@ public struct UpdateResult: Sendable {
     public let records: [Record]
     /// The dataset's sync count after the call.
     public let syncCount: UInt64
+    /// Whether this is the stored answer to an earlier call with the same idempotency key
+    /// (nothing was written).
+    public internal(set) var replayed = false
 }

@@ -105,8 +105,12 @@ extension Ledger {
     /// - Throws: ``LedgerError`` `.conflict` (naming each key and both counts),
     ///   `.limitExceeded`, `.invalidParameter`, `.invalidSessionToken`, `.diskFull`; in every
     ///   case nothing was written.
-    public func updateRecords(_ stream: StreamName, patches: [RecordPatch], deviceID: String? = nil, caller: String? = nil, sessionToken: String?) async throws -> UpdateResult {
+    public func updateRecords(_ stream: StreamName, patches: [RecordPatch], deviceID: String? = nil, caller: String? = nil, sessionToken: String?,
+                              idempotencyKey: String? = nil) async throws -> UpdateResult {
         try Self.requireUserIdentity(stream.identity)
+        // A retry of a call that was applied gets its answer, even when its session expired since.
+        let idempotency = try idempotencyKey.map { name throws(LedgerError) in try IdempotencyRequest(name, stream: stream, deviceID: deviceID, patches: patches) }
+        if let idempotency, let stored = try read({ txn in try storedUpdate(txn, idempotency) }) { return stored }
         try checkSessionToken(sessionToken, for: stream)
         let origin = try ChangeOrigin(author: caller ?? stream.identity.rawValue, device: deviceID)
         if patches.isEmpty {  // Cognito answers an empty update with no records and writes nothing
@@ -115,6 +119,7 @@ extension Ledger {
         }
         let change = try validateChange(try events(for: patches, stream: stream), for: stream, describe: { "patch \($0)" })
         return try await write { [self] txn in
+            if let idempotency, let stored = try self.storedUpdate(txn, idempotency) { return stored }
             let (entry, view) = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in
                 var conflicts: [LedgerError.Conflict] = []
                 for patch in patches {
@@ -132,7 +137,9 @@ extension Ledger {
                 return nil
             }
             let records = patches.map { Record(key: $0.key, state: view.changed[RecordKey($0.key)]!) }
-            return UpdateResult(records: records, syncCount: entry.offset)
+            let result = UpdateResult(records: records, syncCount: entry.offset)
+            if let idempotency { try self.storeUpdate(txn, idempotency, result, at: entry.time) }
+            return result
         }
     }
 

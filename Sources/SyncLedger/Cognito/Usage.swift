@@ -31,7 +31,7 @@ extension Ledger {
             var page = DatasetsPage(datasets: [], nextToken: nil)
             var lastKey: [UInt8] = []
             try forEachStream(txn, prefix: prefix, from: start) { stream, head in
-                guard let meta = try dataset(txn, id: head.id, stream: stream), !meta.deleted else { return true }
+                guard !stream.isInternal, let meta = try dataset(txn, id: head.id, stream: stream), !meta.deleted else { return true }
                 if page.datasets.count == maxResults {
                     page.nextToken = SignedToken.sign(lastKey, kind: .datasetsPage, key: tokenKey)
                     return false
@@ -54,6 +54,7 @@ extension Ledger {
             var last: Timestamp?
             var seen = false
             try forEachStream(txn, prefix: StreamName.prefix(pool: pool, identity: identity)) { stream, head in
+                guard !stream.isInternal else { return true }
                 seen = true
                 if let meta = try dataset(txn, id: head.id, stream: stream) {
                     if !meta.deleted { count += 1 }

@@ -52,6 +52,9 @@ extension Ledger {
     /// - Throws: `.invalidParameter` or `.limitExceeded` naming the event and the rule.
     public func validateChange(_ events: [Event], for stream: StreamName, describe: (Int) -> String = { "event \($0)" }) throws(LedgerError) -> UserChange {
         try Self.requireUserIdentity(stream.identity)
+        if stream.dataset.isReserved {
+            throw LedgerError(.invalidParameter, "dataset name \(quoted(stream.dataset.rawValue)) is reserved for SyncLedger's own streams", stream: stream)
+        }
         if stream.dataset.isDotSegment {
             throw LedgerError(.invalidParameter, "dataset name \(quoted(stream.dataset.rawValue)) is not allowed: \".\" and \"..\" are path dot segments", stream: stream)
         }
@@ -138,6 +141,7 @@ extension Ledger {
     func datasetCounts(_ txn: Transaction, pool: IdentityPoolID, identity: IdentityID) throws -> (live: Int, names: Int) {
         var live = 0, names = 0
         try forEachStream(txn, prefix: StreamName.prefix(pool: pool, identity: identity)) { stream, head in
+            guard !stream.isInternal else { return true }
             names += 1
             if let meta = try dataset(txn, id: head.id, stream: stream), !meta.deleted { live += 1 }
             return true

@@ -41,6 +41,9 @@ public struct Limits: Sendable, Equatable {
     public var maxTombstoneBytesPerDataset: UInt64 = 1_048_576
     /// Devices one identity may register (default 100).
     public var maxDevicesPerIdentity: Int = 100
+    /// UTF-8 bytes of keys and values in one device-to-server message (default 4,096, what an
+    /// FCM upstream message carried).
+    public var maxMessageBytes: Int = 4096
     /// Dataset names one identity may use over its life, deleted datasets included (default
     /// 1,000): bounds what creating and deleting datasets can pile up.
     public var maxDatasetNamesPerIdentity: Int = 1000
@@ -351,6 +354,7 @@ public final class Ledger: Sendable {
         buffers.index.fixed64(entry.offset)
         try txn.put(schema.log, key: buffers.sequence.bytes, value: buffers.value.bytes, flags: .append)
         try txn.put(schema.index, key: buffers.index.bytes, value: buffers.sequence.bytes)
+        if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id) }
     }
 
     /// The stream head after `entry` (its last stored entry), the name of a new stream, and the

@@ -45,7 +45,17 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
         guard !isDotSegment else {
             throw LedgerError(.invalidParameter, "dataset name \(quoted(rawValue)) is not allowed: \".\" and \"..\" are path dot segments")
         }
+        guard !isReserved else {
+            throw LedgerError(.invalidParameter, "dataset name \(quoted(rawValue)) is reserved: names starting with \"_syncledger.\" are SyncLedger's own streams")
+        }
     }
+
+    /// The dataset of an identity that holds its device-to-server messages.
+    public static let messages = try! DatasetName(stored: "_syncledger.messages")
+
+    /// Whether the name is one of SyncLedger's own (`_syncledger.…`), which the Cognito API
+    /// neither shows nor writes.
+    public var isReserved: Bool { rawValue.hasPrefix("_syncledger.") }
 
     /// Cognito's pattern and length only: how names already in a ledger (or a segment) are read,
     /// so that a `.` written by an older version stays readable. New writes to a user's dataset
@@ -112,6 +122,11 @@ public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertibl
 
     /// `pool/identity/dataset`.
     public var description: String { "\(pool)/\(identity)/\(dataset)" }
+
+    /// Whether it is one of SyncLedger's own streams rather than a Cognito dataset: a system
+    /// stream of a pool (identity `_syncledger:0`) or an identity's reserved dataset (its
+    /// messages). They count in no dataset limit or usage, and no push or event is made of them.
+    public var isInternal: Bool { storage.identity == Ledger.systemIdentity || storage.dataset.isReserved }
 
     public static func == (a: Self, b: Self) -> Bool { a.storage === b.storage || a.storage.key == b.storage.key }
     public func hash(into hasher: inout Hasher) { hasher.combine(contentsOf: storage.key) }

@@ -32,6 +32,19 @@ struct Schema: Sendable {
     let sessions: Database
     /// Format 1 only: access key id → credential. Emptied when the directory is migrated.
     let legacyCredentials: Database
+    /// View: commit sequence (8 B BE) of a device message → ``MessageIndexRow`` (times, stream,
+    /// idempotency key): what consumers walk. Purged with the idempotency keys.
+    let messageIndex: Database
+    /// View: pool␀identity␀device␀message id → commit sequence (8 B BE) ‖ SHA-256 of the
+    /// stored message (32 B): a message's idempotency key and its acknowledgement.
+    let messageIDs: Database
+    /// pool␀identity␀dataset␀key → ``StoredIdempotency`` of an UpdateRecords call with an
+    /// `Idempotency-Key` (not a view: the log does not carry the key).
+    let idempotency: Database
+    /// time (8 B BE) ‖ `idempotency` key → empty: the order of their purge.
+    let idempotencyByTime: Database
+    /// consumer name → ``MessageConsumer`` (JSON): durable cursors of message consumers.
+    let consumers: Database
 
     init(environment env: Environment) throws {
         meta = try env.openDatabase("meta")
@@ -45,10 +58,15 @@ struct Schema: Sendable {
         pools = try env.openDatabase("pools")
         sessions = try env.openDatabase("sessions")
         legacyCredentials = try env.openDatabase("credentials")
+        messageIndex = try env.openDatabase("messages")
+        messageIDs = try env.openDatabase("message-ids")
+        idempotency = try env.openDatabase("idempotency")
+        idempotencyByTime = try env.openDatabase("idempotency-by-time")
+        consumers = try env.openDatabase("message-consumers")
     }
 
     /// The databases that hold views (rebuilt from the log).
-    var views: [Database] { [records, datasets, recordsBySyncCount, pools] }
+    var views: [Database] { [records, datasets, recordsBySyncCount, pools, messageIndex, messageIDs] }
 
     /// `meta` key: the commit sequence up to which the log predates the rule that time only
     /// moves forward in a stream (entries written by format 1); absent: the whole log follows it.
@@ -282,7 +300,7 @@ struct StoredDatasetView: DatasetView {
         }
         guard let dataset else { return }
         try txn.put(schema.datasets, key: prefix, value: dataset.encoded())
-        guard stream.identity != Ledger.systemIdentity else { return }  // not user data
+        guard !stream.isInternal else { return }  // not user data
         let poolKey = Array(stream.pool.rawValue.utf8)
         var pool = try txn.get(schema.pools, key: poolKey).map { try PoolState(decoding: $0) }
             ?? PoolState(bytes: 0, lastModified: dataset.lastModified)

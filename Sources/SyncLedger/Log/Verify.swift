@@ -71,7 +71,7 @@ extension Ledger {
                 for (stream, id) in batch {
                     let (count, latest) = try verifyStream(stream, id: id, timeRuleFrom: timeRuleFrom)
                     report.entries += count
-                    if stream.identity != Ledger.systemIdentity, let latest {
+                    if !stream.isInternal, let latest {
                         latestByPool[stream.pool.rawValue] = max(latestByPool[stream.pool.rawValue] ?? latest, latest)
                     }
                     report.streams += 1
@@ -218,7 +218,7 @@ extension Ledger {
         try read { txn in
             var expected: [String: PoolState] = [:]
             try forEachStream(txn, prefix: []) { stream, head in
-                guard stream.identity != Ledger.systemIdentity, let meta = try dataset(txn, id: head.id, stream: stream) else { return true }
+                guard !stream.isInternal, let meta = try dataset(txn, id: head.id, stream: stream) else { return true }
                 var pool = expected[stream.pool.rawValue] ?? PoolState(bytes: 0, lastModified: latest[stream.pool.rawValue] ?? meta.lastModified)
                 pool.bytes += meta.bytes
                 expected[stream.pool.rawValue] = pool
@@ -263,6 +263,7 @@ extension Ledger {
                 var view = try StoredDatasetView(txn: txn, schema: schema, stream: entry.stream, streamID: id)
                 try apply(entry, to: &view)
                 try view.flush()
+                if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id) }
             }
             guard batch.count == Self.scanBatch, let last = batch.last else { return }
             sequence = last.0.sequence

@@ -68,7 +68,7 @@ extension Ledger {
         for entry in try commitSummaries(after: cursor, limit: limit) {
             last = entry.sequence
             let stream = entry.stream
-            guard !entry.isSystem else {
+            guard !entry.stream.isInternal else {
                 if ["devices", "subscriptions", "configuration"].contains(stream.dataset.rawValue) { cache.forget(pool: stream.pool) }
                 continue
             }
@@ -87,18 +87,43 @@ extension Ledger {
                 return found
             }()
             for device in devices where device.id != entry.device {
+                guard let platform = device.platform, let token = device.token else { continue }  // no push token (yet)
                 guard device.isEnabled else {
-                    skipped[PushTransportKind(platform: device.platform), default: 0] += 1
+                    skipped[PushTransportKind(platform: platform), default: 0] += 1
                     continue
                 }
                 let n = PushNotification(
                     pool: stream.pool.rawValue, identity: stream.identity.rawValue, dataset: stream.dataset.rawValue,
-                    deviceID: device.id, platform: device.platform, token: device.token,
+                    deviceID: device.id, platform: platform, token: token,
                     syncCount: entry.offset, sequence: entry.sequence, committed: entry.time)
                 let key = n.key
                 if newest.updateValue(n, forKey: key) == nil { order.append(key) } else { collapsed[n.transport, default: 0] += 1 }
             }
         }
         return PushDerivation(notifications: order.compactMap { newest[$0] }, skipped: skipped, collapsed: collapsed, last: last)
+    }
+}
+
+extension Ledger {
+    /// Custom data notifications for every device logged in as `identity` that has a live
+    /// token (`POST /devices/notify`): one per device, named `notify/<id>` in the outbox.
+    /// - Throws: `.invalidParameter` when the data is empty or over 4 KiB (what APNs and FCM
+    ///   carry), `.notFound` when no device of the identity can receive it.
+    public func customNotifications(pool: IdentityPoolID, identity: IdentityID, data: [String: String]) throws -> (id: String, notifications: [PushNotification]) {
+        try Self.requireUserIdentity(identity)
+        guard !data.isEmpty else { throw LedgerError(.invalidParameter, "Data must hold at least one entry") }
+        let size = data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
+        guard size <= 4096 else { throw LedgerError(.limitExceeded, "Data holds \(size) bytes; a notification carries at most 4096") }
+        let id = UUID().uuidString.lowercased()
+        let now = options.clock()
+        let sequence = try read { txn in try nextSequence(txn) } - 1
+        let notifications = try devices(pool: pool, identity: identity).compactMap { device -> PushNotification? in
+            guard device.isEnabled, let platform = device.platform, let token = device.token else { return nil }
+            var n = PushNotification(pool: pool.rawValue, identity: identity.rawValue, dataset: "notify/\(id)", deviceID: device.id,
+                                     platform: platform, token: token, syncCount: 0, sequence: sequence, committed: now)
+            n.custom = data
+            return n
+        }
+        return (id, notifications)
     }
 }

@@ -38,6 +38,9 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// When `syncledger push retry` took it back from the dead letters: its time-to-live
     /// starts again from here.
     public var retried: Timestamp?
+    /// The data of a custom notification (`POST /devices/notify`), sent instead of Cognito's
+    /// five keys; nil for a dataset's change. Its ``dataset`` then names the notification.
+    public var custom: [String: String]?
 
     /// A notification of the change at `sequence`, due at once.
     public init(pool: String, identity: String, dataset: String, deviceID: String, platform: Platform, token: String,
@@ -61,12 +64,13 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// `datasetName`, `syncCount` — every value a string (Android's SDK parses `syncCount`
     /// from a string and ignores a push missing any of the five).
     public var data: [String: String] {
-        ["source": "cognito-sync", "identityPoolId": pool, "identityId": identity, "datasetName": dataset, "syncCount": String(syncCount)]
+        if let custom { return custom }
+        return ["source": "cognito-sync", "identityPoolId": pool, "identityId": identity, "datasetName": dataset, "syncCount": String(syncCount)]
     }
 
     /// The outbox key: one row per device and dataset, so a newer change replaces an older one.
     var key: [UInt8] {
-        Array("\(pool)\u{0}\(identity)\u{0}\(dataset)\u{0}\(deviceID)".utf8)
+        Array("\(pool)\u{0}\(identity)\u{0}\(dataset)\u{0}\(deviceID)\(custom == nil ? "" : "\u{0}custom")".utf8)
     }
 }
 
@@ -84,7 +88,7 @@ public enum PushTransportKind: String, Sendable, Hashable, Codable, CaseIterable
         switch platform {
         case .apns, .apnsSandbox: self = .apns
         case .gcm: self = .fcm
-        case .adm: self = .webhook
+        case .adm, .webhook: self = .webhook
         }
     }
 }

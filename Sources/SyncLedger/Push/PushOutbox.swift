@@ -68,7 +68,7 @@ public final class PushOutbox: Sendable {
     /// outbox rewrites rows often under load, and JSON would cost more than the rest).
     static func encode(_ n: PushNotification) -> [UInt8] {
         var w = ByteWriter(capacity: 160 + n.token.utf8.count)
-        w.byte(1)
+        w.byte(n.custom == nil ? 1 : 2)
         for text in [n.pool, n.identity, n.dataset, n.deviceID, n.platform.rawValue, n.token] { w.string(text) }
         w.varint(n.syncCount)
         w.varint(n.sequence)
@@ -80,13 +80,18 @@ public final class PushOutbox: Sendable {
             if let time { w.byte(1); w.signed(time.milliseconds) } else { w.byte(0) }
         }
         if let error = n.lastError { w.byte(1); w.string(error) } else { w.byte(0) }
+        if let custom = n.custom {
+            w.varint(UInt64(custom.count))
+            for (key, value) in custom.sorted(by: { $0.key < $1.key }) { w.string(key); w.string(value) }
+        }
         return w.bytes
     }
 
     static func decode(_ bytes: [UInt8]) throws -> PushNotification {
         do throws(DecodeFailure) {
             var r = ByteReader(bytes[...])
-            guard try r.byte() == 1 else { throw DecodeFailure(description: "unknown row version") }
+            let version = try r.byte()
+            guard version == 1 || version == 2 else { throw DecodeFailure(description: "unknown row version") }
             let pool = try r.string(), identity = try r.string(), dataset = try r.string(), device = try r.string()
             guard let platform = Platform(rawValue: try r.string()) else { throw DecodeFailure(description: "unknown platform") }
             let token = try r.string()
@@ -98,6 +103,11 @@ public final class PushOutbox: Sendable {
             n.deadSince = try r.byte() == 1 ? Timestamp(milliseconds: try r.signed()) : nil
             n.retried = try r.byte() == 1 ? Timestamp(milliseconds: try r.signed()) : nil
             n.lastError = try r.byte() == 1 ? try r.string() : nil
+            if version == 2 {
+                var custom: [String: String] = [:]
+                for _ in 0..<min(try r.varint(), 10_000) { custom[try r.string()] = try r.string() }
+                n.custom = custom
+            }
             try r.expectEnd()
             return n
         } catch {

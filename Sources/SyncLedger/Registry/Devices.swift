@@ -2,8 +2,19 @@ import Foundation
 import LedgerStorage
 import Synchronization
 
+/// The device registry: records of each pool's `devices` system stream.
+///
+/// - `device/<code>` → the ``Device`` as JSON
+/// - `tokens/<PLATFORM>/<token>` → the code of the one device that has the token
+/// - `linked/<identity>/<code>` → `1` while the device is logged in as the identity
+/// - `owned/<identity>/<code>` → `1` for the devices the identity created
+/// - `token/<identity>/<PLATFORM>/<token>` → code: the index of versions before the registry,
+///   read by RegisterDevice and replaced by the two above when it sees one
+///
+/// Subscriptions (`<identity>/<dataset>/<code>` in the `subscriptions` stream) belong to the
+/// link: a logout takes the identity's away in the same transaction.
 extension Ledger {
-    // MARK: Devices
+    static func devicesStream(_ pool: IdentityPoolID) -> StreamName { systemStream(pool, "devices") }
 
     /// An APNs token is hex and case-insensitive (iOS registers it in upper case): it is kept in
     /// lower case, so both spellings are one device. Other tokens are kept as given.
@@ -12,123 +23,212 @@ extension Ledger {
         return token.lowercased()
     }
 
-    /// Registers a device for push sync and returns its id.
-    ///
-    /// The same token registered again for the same identity and platform returns the same id
-    /// (and revives it if a push service had reported the token dead). A fresh token on a
-    /// platform where the identity has a device whose token was reported dead takes that
-    /// device's place: its id and subscriptions come back with the new token.
-    public func registerDevice(pool: IdentityPoolID, identity: IdentityID, platform: Platform, token rawToken: String) async throws -> String {
-        try Self.requireUserIdentity(identity)
-        guard !rawToken.isEmpty, rawToken.utf8.count <= 4096 else {
-            throw LedgerError(.invalidParameter, "a push token must be 1-4096 bytes, not \(rawToken.utf8.count)")
+    /// Checks a push token: 1-4096 bytes of printable ASCII; a webhook address is an http(s)
+    /// URL of at most 2048 bytes (where it may point is the transport's rule).
+    static func validateToken(_ token: String, platform: Platform) throws(LedgerError) {
+        guard !token.isEmpty, token.utf8.count <= 4096 else {
+            throw LedgerError(.invalidParameter, "a push token must be 1-4096 bytes, not \(token.utf8.count)")
         }
-        let token = Self.normalizedToken(rawToken, platform: platform)
-        let stream = Self.systemStream(pool, "devices")
-        let platformPrefix = "token/\(identity)/\(platform.rawValue)/"
-        let tokenKey = platformPrefix + token
-        let fresh = UUID().uuidString.lowercased()
-        let id = Mutex<String>(fresh)
-        let maxDevices = options.limits.maxDevicesPerIdentity
-        let now = options.clock()
-        try await appendSystem(stream, author: identity.rawValue) { view in
-            func load(_ deviceID: String) throws -> Device? {
-                try view.record("device/\(deviceID)")?.value.map { try Self.decode(Device.self, $0, stream: stream) }
-            }
-            if let existing = try view.record(tokenKey)?.value {
-                id.withLock { $0 = existing }
-                guard var device = try load(existing), !device.isEnabled else { return [] }
-                device.disabledAt = nil
-                device.disabledReason = nil
-                device.registered = now
-                return [.put(key: "device/\(existing)", value: Self.json(device), deviceModified: nil)]
-            }
-            // A device of this identity and platform whose token was reported dead: revive it.
-            for (key, deviceID) in try view.storedRecords(prefix: platformPrefix) {
-                guard var device = try load(deviceID), !device.isEnabled else { continue }
-                id.withLock { $0 = deviceID }
-                device.token = token
-                device.registered = now
-                device.disabledAt = nil
-                device.disabledReason = nil
-                return [
-                    .remove(key: key, deviceModified: nil),
-                    .put(key: "device/\(deviceID)", value: Self.json(device), deviceModified: nil),
-                    .put(key: tokenKey, value: deviceID, deviceModified: nil),
-                ]
-            }
-            let registered = try view.countStored(prefix: "token/\(identity)/", limit: maxDevices)
-            guard registered < maxDevices else {
-                throw LedgerError(.limitExceeded, "identity \(identity) already has \(registered) registered devices; the limit is \(maxDevices)")
-            }
-            let device = Device(id: fresh, identity: identity.rawValue, platform: platform, token: token, registered: now)
-            return [
-                .put(key: "device/\(fresh)", value: Self.json(device), deviceModified: nil),
-                .put(key: tokenKey, value: fresh, deviceModified: nil),
-            ]
+        guard token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
+            throw LedgerError(.invalidParameter, "a push token must be printable ASCII without spaces")
         }
-        return id.withLock { $0 }
+        if platform == .webhook {
+            guard token.utf8.count <= 2048, token.hasPrefix("https://") || token.hasPrefix("http://"), URL(string: token)?.host != nil else {
+                throw LedgerError(.invalidParameter, "a WEBHOOK token must be an http(s) URL of at most 2048 bytes, not \(quoted(token))")
+            }
+        }
     }
 
-    /// Records that a push service reported `token` of device `deviceID` dead (APNs 410 or
-    /// `BadDeviceToken`, FCM `UNREGISTERED`): pushes to it stop; its id and subscriptions stay.
-    /// Nothing happens when the device has another token by now, or — with `reportedAt`, APNs's
-    /// timestamp of when the token stopped being valid — when the token was registered after that.
-    /// - Returns: whether the device was disabled.
-    @discardableResult
-    public func disableToken(pool: IdentityPoolID, deviceID: String, token: String, reason: String, reportedAt: Timestamp? = nil) async throws -> Bool {
-        let stream = Self.systemStream(pool, "devices")
-        let now = options.clock()
-        let disabled = Mutex(false)
-        try await appendSystem(stream, author: "syncledger-push") { view in
-            guard let text = try view.record("device/\(deviceID)")?.value else { return [] }
-            var device = try Self.decode(Device.self, text, stream: stream)
-            guard device.token == token, device.isEnabled else { return [] }
-            if let reportedAt, let registered = device.registered, registered >= reportedAt { return [] }
-            device.disabledAt = now
-            device.disabledReason = String(reason.prefix(200))
-            disabled.withLock { $0 = true }
-            return [.put(key: "device/\(deviceID)", value: Self.json(device), deviceModified: nil)]
-        }
-        return disabled.withLock { $0 }
+    static func loadDevice(_ view: StoredDatasetView, _ code: String, stream: StreamName) throws -> Device? {
+        try view.record("device/\(code)")?.value.map { try decode(Device.self, $0, stream: stream) }
     }
 
-    /// The device registered in `pool` under `id`, or nil.
+    /// A device code: a random UUID in lower case (122 random bits, so unique across the whole
+    /// installation; creation also checks the pool).
+    static func newDeviceCode() -> String { UUID().uuidString.lowercased() }
+
+    /// Checks that a device code has the form codes have (so that a hostile one is refused
+    /// before it is looked up): 1-64 characters of `[A-Za-z0-9-]`.
+    public static func validateDeviceCode(_ code: String) throws(LedgerError) {
+        guard (1...64).contains(code.utf8.count), code.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5a) || ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x2d }) else {
+            throw LedgerError(.invalidParameter, "DeviceCode \(quoted(code)) must be 1-64 characters of A-Z a-z 0-9 -")
+        }
+    }
+
+    /// Runs `body` on the pool's `devices` view (and, when it asks, `subscriptions`) in one
+    /// write transaction, and appends what it returns: the one way the registry changes.
+    func changeRegistry<T: Sendable>(_ pool: IdentityPoolID, author: String,
+                                     _ body: @escaping @Sendable (RegistryChange) throws -> T) async throws -> T {
+        try await write { [self] txn in
+            let change = try RegistryChange(ledger: self, txn: txn, pool: pool)
+            let result = try body(change)
+            if !change.deviceEvents.isEmpty {
+                _ = try self.append(txn, to: change.devices, author: author, events: change.deviceEvents)
+            }
+            if !change.subscriptionEvents.isEmpty {
+                _ = try self.append(txn, to: Self.systemStream(pool, "subscriptions"), author: author, events: change.subscriptionEvents)
+            }
+            return result
+        }
+    }
+
+    // MARK: Reading
+
+    /// The device of `pool` with code `id`, or nil.
     public func device(pool: IdentityPoolID, id: String) throws -> Device? {
-        let stream = Self.systemStream(pool, "devices")
+        let stream = Self.devicesStream(pool)
         return try recordValue(stream, key: "device/\(id)").map { try Self.decode(Device.self, $0, stream: stream) }
     }
 
-    /// Subscribes a device of the dataset's identity to the dataset's changes.
-    /// - Throws: `.notFound` when the device is not registered to that identity.
-    public func subscribe(_ dataset: StreamName, deviceID: String) async throws {
-        try await setSubscription(dataset, deviceID: deviceID, on: true)
+    /// The devices logged in as `identity`, by device code.
+    public func devices(pool: IdentityPoolID, identity: IdentityID) throws -> [Device] {
+        let stream = Self.devicesStream(pool)
+        var codes = Set(try records(stream, prefix: "linked/\(identity)/").map { String($0.0.split(separator: "/").last ?? "") })
+        // Devices RegisterDevice made before the registry: linked by their legacy token index.
+        for (_, code) in try records(stream, prefix: "token/\(identity)/") { codes.insert(code) }
+        return try codes.sorted().compactMap { try device(pool: pool, id: $0) }.filter { $0.identity == identity.rawValue }
     }
 
-    /// Ends a subscription.
-    /// - Throws: `.notFound` when the device is not registered to that identity.
-    public func unsubscribe(_ dataset: StreamName, deviceID: String) async throws {
-        try await setSubscription(dataset, deviceID: deviceID, on: false)
-    }
-
-    private func setSubscription(_ dataset: StreamName, deviceID: String, on: Bool) async throws {
-        try Self.requireUserIdentity(dataset.identity)
-        guard let device = try device(pool: dataset.pool, id: deviceID), device.identity == dataset.identity.rawValue else {
-            throw LedgerError(.notFound, "device \(quoted(deviceID)) is not registered to identity \(dataset.identity)", stream: dataset)
-        }
-        let key = "\(dataset.identity)/\(dataset.dataset)/\(deviceID)"
-        try await appendSystem(Self.systemStream(dataset.pool, "subscriptions"), author: dataset.identity.rawValue) { view in
-            let subscribed = try view.record(key)?.value != nil
-            if subscribed == on { return [] }
-            return [on ? .put(key: key, value: device.platform.rawValue, deviceModified: nil) : .remove(key: key, deviceModified: nil)]
-        }
-    }
-
-    /// The devices subscribed to `dataset`.
+    /// The devices subscribed to `dataset`: those logged in as its identity that receive every
+    /// dataset, and those that subscribed to this one (Cognito's SubscribeToDataset).
     public func subscribers(of dataset: StreamName) throws -> [Device] {
-        let rows = try records(Self.systemStream(dataset.pool, "subscriptions"), prefix: "\(dataset.identity)/\(dataset.dataset)/")
-        return try rows.compactMap { key, _ in
-            try device(pool: dataset.pool, id: String(key.split(separator: "/").last ?? ""))
+        var found: [String: Device] = [:]
+        for device in try devices(pool: dataset.pool, identity: dataset.identity) where device.subscribesAll == true {
+            found[device.id] = device
         }
+        let rows = try records(Self.systemStream(dataset.pool, "subscriptions"), prefix: "\(dataset.identity)/\(dataset.dataset)/")
+        for (key, _) in rows {
+            let code = String(key.split(separator: "/").last ?? "")
+            guard found[code] == nil, let device = try device(pool: dataset.pool, id: code), device.identity == dataset.identity.rawValue else { continue }
+            found[code] = device
+        }
+        return found.keys.sorted().map { found[$0]! }
+    }
+}
+
+/// One change of a pool's registry in progress: the views as they are, and the events to
+/// append. Only ``Ledger/changeRegistry(_:author:_:)`` makes one.
+final class RegistryChange: @unchecked Sendable {
+    let ledger: Ledger
+    let txn: Transaction
+    let pool: IdentityPoolID
+    let devices: StreamName
+    let view: StoredDatasetView
+    private(set) var deviceEvents: [Event] = []
+    private(set) var subscriptionEvents: [Event] = []
+    /// Device records written so far (the view does not show this change's own events).
+    private var written: [String: Device] = [:]
+    private var keys: [String: String?] = [:]
+
+    init(ledger: Ledger, txn: Transaction, pool: IdentityPoolID) throws {
+        self.ledger = ledger
+        self.txn = txn
+        self.pool = pool
+        devices = Ledger.devicesStream(pool)
+        view = try StoredDatasetView(txn: txn, schema: ledger.schema, stream: devices, streamID: try ledger.head(txn, devices)?.id ?? 0)
+    }
+
+    /// The value under `key` as this change leaves it.
+    func value(_ key: String) throws -> String? {
+        if let pending = keys[key] { return pending }
+        return try view.record(key)?.value
+    }
+
+    func device(_ code: String) throws -> Device? {
+        if let pending = written[code] { return pending }
+        return try Ledger.loadDevice(view, code, stream: devices)
+    }
+
+    func put(_ device: Device) {
+        written[device.id] = device
+        setKey("device/\(device.id)", Ledger.json(device))
+    }
+
+    func setKey(_ key: String, _ value: String?) {
+        keys[key] = .some(value)
+        deviceEvents.removeAll { $0.key == key }
+        deviceEvents.append(value.map { .put(key: key, value: $0, deviceModified: nil) } ?? .remove(key: key, deviceModified: nil))
+    }
+
+    func liveKeys(prefix: String) throws -> [(String, String)] {
+        var rows: [String: String?] = [:]
+        for (key, value) in try view.storedRecords(prefix: prefix) { rows[key] = .some(value) }
+        for (key, value) in keys where key.hasPrefix(prefix) { rows[key] = value }
+        var live: [(String, String)] = []
+        for (key, value) in rows { if let value { live.append((key, value)) } }
+        return live.sorted { $0.0 < $1.0 }
+    }
+
+    /// Removes the device's subscriptions to `identity`'s datasets.
+    func dropSubscriptions(identity: String, code: String) throws {
+        let stream = Ledger.systemStream(pool, "subscriptions")
+        let subs = try StoredDatasetView(txn: txn, schema: ledger.schema, stream: stream, streamID: try ledger.head(txn, stream)?.id ?? 0)
+        for (key, _) in try subs.storedRecords(prefix: "\(identity)/") where key.hasSuffix("/\(code)") {
+            subscriptionEvents.append(.remove(key: key, deviceModified: nil))
+        }
+    }
+
+    func subscribe(_ key: String, platform: Platform, on: Bool) throws {
+        let stream = Ledger.systemStream(pool, "subscriptions")
+        let subs = try StoredDatasetView(txn: txn, schema: ledger.schema, stream: stream, streamID: try ledger.head(txn, stream)?.id ?? 0)
+        let subscribed = try subs.record(key)?.value != nil
+        guard subscribed != on else { return }
+        subscriptionEvents.append(on ? .put(key: key, value: platform.rawValue, deviceModified: nil) : .remove(key: key, deviceModified: nil))
+    }
+
+    /// Links `device` to `identity` (after unlinking it from anyone else).
+    func link(_ device: inout Device, to identity: String, subscribesAll: Bool?, now: Timestamp) throws {
+        if let previous = device.identity, previous != identity { try unlink(&device, now: now) }
+        if device.identity == nil { device.linkedAt = now }
+        device.identity = identity
+        if let subscribesAll { device.subscribesAll = subscribesAll }
+        device.updated = now
+        setKey("linked/\(identity)/\(device.id)", "1")
+    }
+
+    /// Unlinks `device` from its identity: that identity's notifications stop reaching it.
+    func unlink(_ device: inout Device, now: Timestamp) throws {
+        guard let identity = device.identity else { return }
+        setKey("linked/\(identity)/\(device.id)", nil)
+        if let platform = device.platform, let token = device.token {
+            let legacy = "token/\(identity)/\(platform.rawValue)/\(token)"
+            if try value(legacy) != nil { setKey(legacy, nil) }
+        }
+        try dropSubscriptions(identity: identity, code: device.id)
+        device.identity = nil
+        device.updated = now
+    }
+
+    /// Gives `device` the token (nil: none), taking it from any other device that had it.
+    func setToken(_ device: inout Device, _ token: String?, now: Timestamp) throws {
+        guard let platform = device.platform else { return }
+        if let old = device.token {
+            if old == token, device.disabledAt == nil { return }
+            if old != token {
+                setKey("tokens/\(platform.rawValue)/\(old)", nil)
+                if let identity = device.identity {
+                    let legacy = "token/\(identity)/\(platform.rawValue)/\(old)"
+                    if try value(legacy) != nil { setKey(legacy, nil) }
+                }
+            }
+        }
+        if let token {
+            let key = "tokens/\(platform.rawValue)/\(token)"
+            if let holder = try value(key), holder != device.id, var other = try self.device(holder) {
+                // A token belongs to one device: the other one loses it.
+                other.token = nil
+                other.registered = nil
+                other.disabledAt = nil
+                other.disabledReason = nil
+                other.updated = now
+                put(other)
+            }
+            setKey(key, device.id)
+        }
+        device.token = token
+        device.registered = token == nil ? nil : now
+        device.disabledAt = nil
+        device.disabledReason = nil
+        device.updated = now
     }
 }

@@ -1,51 +1,6 @@
 import Foundation
 import LedgerStorage
 
-/// A push platform a device registers with (Cognito's `Platform`).
-public enum Platform: String, Sendable, Hashable, Codable, CaseIterable {
-    /// Apple Push Notification service.
-    case apns = "APNS"
-    /// Apple's sandbox.
-    case apnsSandbox = "APNS_SANDBOX"
-    /// Firebase / Google Cloud Messaging.
-    case gcm = "GCM"
-    /// Amazon Device Messaging.
-    case adm = "ADM"
-}
-
-/// A registered device: where a silent push for an identity's datasets goes.
-public struct Device: Sendable, Hashable, Codable {
-    /// The id RegisterDevice returned.
-    public let id: String
-    /// The identity that registered it.
-    public let identity: String
-    /// Its push platform.
-    public let platform: Platform
-    /// Its push token (an APNs token in lower-case hex).
-    public var token: String
-    /// When its current token was registered (nil for devices registered before this was kept).
-    public var registered: Timestamp?
-    /// When a push service reported its token dead (nil: alive). Its id and subscriptions stay;
-    /// a later RegisterDevice revives it.
-    public var disabledAt: Timestamp?
-    /// What the push service said.
-    public var disabledReason: String?
-
-    /// A device.
-    public init(id: String, identity: String, platform: Platform, token: String, registered: Timestamp? = nil, disabledAt: Timestamp? = nil, disabledReason: String? = nil) {
-        self.id = id
-        self.identity = identity
-        self.platform = platform
-        self.token = token
-        self.registered = registered
-        self.disabledAt = disabledAt
-        self.disabledReason = disabledReason
-    }
-
-    /// Whether its token may receive pushes.
-    public var isEnabled: Bool { disabledAt == nil }
-}
-
 /// An identity pool's push-sync configuration (Cognito's `PushSync`).
 public struct PushSyncConfiguration: Sendable, Hashable, Codable {
     /// SNS platform application ARNs.

@@ -64,7 +64,7 @@ extension Ledger {
     @discardableResult
     public func trainDictionary(pool: IdentityPoolID, samples maxSamples: Int = 20_000, capacity: Int = 16 << 10) async throws -> PoolDictionary {
         var samples: [[UInt8]] = []
-        for (stream, _) in try streams(pool: pool) where stream.identity != Self.systemIdentity {
+        for (stream, _) in try streams(pool: pool) where !stream.isInternal {
             guard samples.count < maxSamples else { break }
             guard let segment = try streamSegment(stream, after: 0, maxBytes: 1 << 20) else { continue }
             for e in segment.entries.prefix(maxSamples - samples.count) { samples.append(Segment(scope: segment.scope, entries: [e]).plainBytes()) }

@@ -97,7 +97,7 @@ extension Ledger {
         }
         guard !entries.isEmpty else { return nil }
         var segment = Segment(scope: .stream(stream), previousHash: previous, entries: entries, compressionLevel: level)
-        if size < Self.dictionaryThreshold, stream.identity != Self.systemIdentity, let dictionary = try currentDictionary(pool: stream.pool) {
+        if size < Self.dictionaryThreshold, !stream.isInternal, let dictionary = try currentDictionary(pool: stream.pool) {
             segment.dictionary = (dictionary.id, dictionary.bytes)
         }
         return segment

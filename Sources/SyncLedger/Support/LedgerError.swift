@@ -7,6 +7,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case invalidParameter, notFound, conflict, limitExceeded, invalidSessionToken
             case corruptData, unsupportedFormat, diskFull, storage, closed, duplicateRequest, alreadyStreamed, wrongLedger
+            case idempotencyConflict, expired
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -37,6 +38,10 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public static let alreadyStreamed = Code(.alreadyStreamed)
         /// Data came from another ledger than the one expected (a follower's leader changed).
         public static let wrongLedger = Code(.wrongLedger)
+        /// An idempotency key (or a device message id) came again with another request body.
+        public static let idempotencyConflict = Code(.idempotencyConflict)
+        /// A message's time to live had passed when it arrived: nothing was stored.
+        public static let expired = Code(.expired)
 
         public var description: String { base.rawValue }
     }
@@ -80,7 +85,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     /// each job isolated in a nested transaction.
     public var isCleanRefusal: Bool {
         switch code {
-        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat: true
+        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat, .idempotencyConflict, .expired: true
         default: false
         }
     }

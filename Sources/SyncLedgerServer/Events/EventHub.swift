@@ -133,7 +133,7 @@ final class EventHub: Sendable {
     private func hand(_ summaries: [CommitSummary], through last: UInt64) {
         var wake: [CheckedContinuation<Void, Never>] = []
         state.withLock { s in
-            for summary in summaries where !summary.isSystem {
+            for summary in summaries where !summary.stream.isInternal {
                 let identityStreams = s.byIdentity[IdentityKey(summary.stream)]
                 guard identityStreams != nil || !s.broad.isEmpty else { continue }
                 var event: StreamEvent?  // made once, only if someone sees it

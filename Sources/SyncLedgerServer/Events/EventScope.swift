@@ -35,7 +35,7 @@ struct EventScope: Sendable, Hashable {
 
     /// Whether an entry of `stream` is in scope (never one of SyncLedger's own streams).
     func matches(_ stream: StreamName) -> Bool {
-        guard stream.identity != Ledger.systemIdentity else { return false }
+        guard !stream.isInternal else { return false }
         if let pool, pool != stream.pool { return false }
         if let identity, identity != stream.identity { return false }
         if let dataset, dataset != stream.dataset { return false }

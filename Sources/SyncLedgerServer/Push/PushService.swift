@@ -183,6 +183,7 @@ final class PushService: Sendable {
     ///   newest: the row stands for every change since it was made), and the outcome.
     private func deliver(_ leased: PushNotification) async -> (PushNotification, PushOutcome) {
         var n = leased
+        if n.custom != nil { return (n, await send(n)) }
         do {
             let stream = StreamName(pool: try IdentityPoolID(n.pool), identity: try IdentityID(n.identity), dataset: try DatasetName(n.dataset))
             n.syncCount = max(n.syncCount, try ledger.currentSyncCount(stream))
@@ -203,19 +204,22 @@ final class PushService: Sendable {
         } catch {
             return .retry(reason: "cannot read the device registry: \(error)")
         }
-        guard let device, device.identity == n.identity else { return .failed(reason: "device \(n.deviceID) is no longer registered") }
+        guard let device, device.identity == n.identity else { return .failed(reason: "device \(n.deviceID) is no longer logged in as \(n.identity)") }
+        guard let platform = device.platform, let token = device.token else { return .failed(reason: "device \(n.deviceID) has no push token any more") }
         guard device.isEnabled else { return .tokenDead(reason: "the device's token was disabled: \(device.disabledReason ?? "")") }
+        var n = n
+        n.platform = platform
         let sender: any PushSender
-        switch senders.sender(platform: device.platform, arns: arns) {
+        switch senders.sender(platform: platform, arns: arns) {
         case .success(let s): sender = s
         case .failure(let problem): return .failed(reason: problem.description)
         }
-        let outcome = await sender.send(PushDelivery(notification: n, token: device.token, expiry: (n.retried ?? n.committed).adding(ttl)))
+        let outcome = await sender.send(PushDelivery(notification: n, token: token, expiry: (n.retried ?? n.committed).adding(ttl)))
         switch outcome {
         case .tokenDead(let reason, let reportedAt):
             do {
                 let pool = try IdentityPoolID(n.pool)
-                if try await ledger.disableToken(pool: pool, deviceID: device.id, token: device.token, reason: reason, reportedAt: reportedAt) {
+                if try await ledger.disableToken(pool: pool, deviceID: device.id, token: token, reason: reason, reportedAt: reportedAt) {
                     logger.info("push: token disabled", metadata: ["pool": "\(n.pool)", "device": "\(device.id)", "reason": "\(reason)"])
                 } else if reportedAt != nil {
                     // Registered again after the service's report: the token lives; try again.

@@ -1,0 +1,144 @@
+import Foundation
+import Crypto
+import LedgerStorage
+
+/// An UpdateRecords call's `Idempotency-Key`, checked: its storage key and the hash of the
+/// request it stands for.
+struct IdempotencyRequest: Sendable {
+    let key: [UInt8]
+    let name: String
+    let hash: [UInt8]
+
+    /// Checks the key (1-256 bytes of printable ASCII) and hashes the request: the stream, the
+    /// device and every patch, in order.
+    init(_ name: String, stream: StreamName, deviceID: String?, patches: [RecordPatch]) throws(LedgerError) {
+        guard (1...256).contains(name.utf8.count), name.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) else {
+            throw LedgerError(.invalidParameter, "Idempotency-Key must be 1-256 bytes of printable ASCII, not \(quoted(name))", stream: stream)
+        }
+        self.name = name
+        key = stream.key + [0] + Array(name.utf8)
+        var w = ByteWriter(capacity: 64 + patches.count * 32)
+        w.string(deviceID ?? "")
+        w.varint(UInt64(patches.count))
+        for patch in patches {
+            w.byte(patch.op == .replace ? 1 : 2)
+            w.string(patch.key)
+            if let value = patch.value { w.byte(1); w.string(value) } else { w.byte(0) }
+            w.varint(patch.syncCount)
+            if let device = patch.deviceModified { w.byte(1); w.signed(device.milliseconds) } else { w.byte(0) }
+        }
+        hash = Array(SHA256.hash(data: w.bytes))
+    }
+}
+
+/// What an UpdateRecords call with an idempotency key returned, kept to answer its retries.
+private struct StoredUpdate: Codable {
+    struct StoredRecord: Codable {
+        var key: String
+        var value: String?
+        var syncCount: UInt64
+        var lastModified: Timestamp
+        var lastModifiedBy: String
+        var deviceModified: Timestamp?
+    }
+    var syncCount: UInt64
+    var records: [StoredRecord]
+}
+
+/// How many idempotency keys a purge removed.
+public struct IdempotencyPurge: Sendable, Hashable {
+    /// Keys of device messages.
+    public var messageKeys = 0
+    /// Keys of UpdateRecords calls.
+    public var updateKeys = 0
+}
+
+extension Ledger {
+    /// The shortest time idempotency keys are kept: four weeks, the longest time to live of a
+    /// message, so that a resend within its time to live always finds its key.
+    public static let minimumIdempotencyRetention: Duration = .seconds(28 * 86_400)
+
+    /// The stored answer to a call with this key, nil when there is none.
+    /// - Throws: `.idempotencyConflict` when the key was used for another request.
+    func storedUpdate(_ txn: Transaction, _ request: IdempotencyRequest) throws -> UpdateResult? {
+        guard let bytes = try txn.get(schema.idempotency, key: request.key) else { return nil }
+        guard bytes.count >= 40 else { throw LedgerError(.corruptData, "a stored idempotency key has \(bytes.count) bytes") }
+        guard bytes[8..<40].elementsEqual(request.hash) else {
+            throw LedgerError(.idempotencyConflict, "Idempotency-Key \(quoted(request.name)) was used for another request to this dataset; a retry must send the same records")
+        }
+        let stored: StoredUpdate
+        do { stored = try JSONDecoder().decode(StoredUpdate.self, from: Data(bytes[40...])) } catch {
+            throw LedgerError(.corruptData, "a stored UpdateRecords answer does not decode: \(error)")
+        }
+        let records = stored.records.map {
+            Record(key: $0.key, state: RecordState(value: $0.value, syncCount: $0.syncCount, lastModified: $0.lastModified, lastModifiedBy: $0.lastModifiedBy, deviceModified: $0.deviceModified))
+        }
+        return UpdateResult(records: records, syncCount: stored.syncCount, replayed: true)
+    }
+
+    /// Keeps `result` as the answer to the call with this key, in the write's transaction.
+    func storeUpdate(_ txn: Transaction, _ request: IdempotencyRequest, _ result: UpdateResult, at time: Timestamp) throws {
+        let stored = StoredUpdate(syncCount: result.syncCount, records: result.records.map {
+            .init(key: $0.key, value: $0.state.value, syncCount: $0.state.syncCount, lastModified: $0.state.lastModified,
+                  lastModifiedBy: $0.state.lastModifiedBy, deviceModified: $0.state.deviceModified)
+        })
+        let timeKey = [UInt8].bigEndian(UInt64(bitPattern: max(time.milliseconds, 0)))
+        try txn.put(schema.idempotency, key: request.key, value: timeKey + request.hash + Array(Self.json(stored).utf8))
+        try txn.put(schema.idempotencyByTime, key: timeKey + request.key, value: [])
+    }
+
+    /// Removes the idempotency keys of messages and UpdateRecords calls older than
+    /// `retention` (at least ``minimumIdempotencyRetention``), a batch per transaction. A
+    /// message's entry stays in the log; only its key and its place for consumers go (it has
+    /// expired by then).
+    /// - Throws: `.invalidParameter` for a retention under four weeks.
+    @discardableResult
+    public func purgeIdempotencyKeys(retention: Duration = Ledger.minimumIdempotencyRetention, batch: Int = 10_000) async throws -> IdempotencyPurge {
+        guard retention >= Self.minimumIdempotencyRetention else {
+            throw LedgerError(.invalidParameter, "idempotency keys are kept at least 28 days, not \(retention)")
+        }
+        let cutoff = Timestamp(milliseconds: options.clock().milliseconds - retention.components.seconds * 1000)
+        var total = IdempotencyPurge()
+        while true {
+            let round = try await write { [self] txn in
+                var purge = IdempotencyPurge()
+                try txn.withCursor(self.schema.messageIndex) { c in
+                    var pair = try c.first()
+                    while let current = pair, purge.messageKeys < batch {
+                        let row = try MessageIndexRow(decoding: current.value)
+                        guard row.received < cutoff else { break }
+                        _ = try txn.delete(self.schema.messageIDs, key: row.key)
+                        try c.deleteCurrent()
+                        purge.messageKeys += 1
+                        pair = try c.seek(atLeast: current.key)
+                    }
+                }
+                try txn.withCursor(self.schema.idempotencyByTime) { c in
+                    var pair = try c.first()
+                    while let current = pair, purge.updateKeys < batch {
+                        guard current.key.count > 8, Int64(bitPattern: Array(current.key[0..<8]).bigEndianUInt64()) < cutoff.milliseconds else { break }
+                        _ = try txn.delete(self.schema.idempotency, key: Array(current.key[8...]))
+                        try c.deleteCurrent()
+                        purge.updateKeys += 1
+                        pair = try c.seek(atLeast: current.key)
+                    }
+                }
+                return purge
+            }
+            total.messageKeys += round.messageKeys
+            total.updateKeys += round.updateKeys
+            if round.messageKeys < batch && round.updateKeys < batch { return total }
+        }
+    }
+
+    /// Entries, pages and bytes of the idempotency databases (for `syncledger messages stats`
+    /// and the benchmark).
+    public func idempotencyFootprint() throws -> [(name: String, entries: Int, pages: Int)] {
+        try read { txn in
+            try [("message-ids", schema.messageIDs), ("messages", schema.messageIndex), ("idempotency", schema.idempotency), ("idempotency-by-time", schema.idempotencyByTime)].map { name, db in
+                let stat = try txn.statistics(db)
+                return (name, stat.entries, stat.pages)
+            }
+        }
+    }
+}
