@@ -55,14 +55,17 @@ extension CognitoAPI {
             }
         case let other?: throw WireError.invalidParameter("RecordPatches must be an array, not \(other.typeName)")
         }
-        let result = try await ledger.updateRecords(s, patches: patches, deviceID: deviceID, caller: caller(credential), sessionToken: token)
+        let result = try await ledger.updateRecords(s, patches: patches, deviceID: deviceID, caller: caller(credential), sessionToken: token,
+                                                    idempotencyKey: request.header("idempotency-key"))
         var w = JSONWriter(capacity: 64 + result.records.count * 128)
         w.beginObject()
         w.key("Records"); w.beginArray()
         for record in result.records { writeRecord(&w, record) }
         w.endArray()
         w.endObject()
-        return .json(w)
+        var response = WireResponse.json(w)
+        if result.replayed { response.headers.append(("x-syncledger-replayed", "true")) }
+        return response
     }
 
     func writeRecord(_ w: inout JSONWriter, _ record: Record) {

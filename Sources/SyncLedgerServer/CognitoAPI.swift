@@ -31,6 +31,8 @@ struct CognitoAPI: Sendable {
     var replication: ReplicationStatus? = nil
     /// Where internal errors are logged (with their request id).
     var logger = Logger(label: "syncledger")
+    /// Push delivery, when it runs here (for `POST /devices/notify`).
+    var push: PushService? = nil
 
     /// Handles one request; never throws — every failure is a wire error response, and every
     /// response carries an `x-amzn-RequestId`. An internal error (500) says only that, with the
@@ -81,6 +83,14 @@ struct CognitoAPI: Sendable {
             let credential = try authenticator.authenticate(request, queryPairs: query)
             let (response, name, who) = try await handleSegments(segments, query: query, request: request, credential: credential)
             (operation, identity) = (name, who)
+            return response
+        }
+        if segments.first == "devices" || segments.first == "messages" {
+            let credential = try authenticator.authenticate(request, queryPairs: query)
+            let (response, name, who) = segments.first == "devices"
+                ? try await handleDevices(segments, query: query, request: request, credential: credential)
+                : try await handleMessages(segments, query: query, request: request, credential: credential)
+            (operation, identity) = (name, who.flatMap { try? IdentityID($0) }?.rawValue)
             return response
         }
         guard let route = Route.match(method: request.method, segments: segments) else {

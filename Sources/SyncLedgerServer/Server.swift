@@ -58,6 +58,9 @@ public struct ServerConfiguration: Sendable {
     public var regions: [String] = ["us-east-1"]
     /// Keep a bulk publish IN_PROGRESS at least this long.
     public var bulkPublishMinimum: Duration = .zero
+    /// How long idempotency keys (device messages, UpdateRecords' `Idempotency-Key`) are kept
+    /// before the hourly purge removes them: at least 28 days.
+    public var idempotencyRetention: Duration = Ledger.minimumIdempotencyRetention
     /// The leader's URL (`http://HOST:PORT` or `https://HOST:PORT`): run as a read-only
     /// follower that replicates it, signing with the admin credential above (which the leader
     /// must share).
@@ -105,6 +108,9 @@ public struct ServerConfiguration: Sendable {
         }
         guard followWait >= .zero, followWait <= CognitoAPI.maxFeedWait else { throw StartupError("--follow-wait must be 0 to 30 seconds") }
         try push.validate()
+        guard idempotencyRetention >= Ledger.minimumIdempotencyRetention else {
+            throw StartupError("--idempotency-retention-days must be at least 28 (a message may live four weeks), not \(idempotencyRetention.components.seconds / 86_400)")
+        }
         try events.validate(maxConnections: maxConnections)
     }
 
@@ -170,6 +176,7 @@ public enum SyncLedgerServer {
         }
         let push = try client == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
         defer { if let push { Self.stopPush(push) } }
+        api.push = push?.service
         let shared = TransportShared(
             limits: HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,
                                bodyTimeout: configuration.bodyTimeout, maxBodyBytes: configuration.maxBodyBytes),
@@ -201,6 +208,21 @@ public enum SyncLedgerServer {
         let replication = follower.map { f in Task { await f.run() } }
         let delivery = push.map { p in Task { await p.service.run() } }
         let eventHub = Task { await events.run() }
+        let purge = client != nil ? nil : Task { [retention = configuration.idempotencyRetention] in
+            // At start, then hourly: keys older than the retention go, a batch per transaction.
+            while !Task.isCancelled {
+                do {
+                    let purged = try await ledger.purgeIdempotencyKeys(retention: retention)
+                    if purged.messageKeys + purged.updateKeys > 0 {
+                        logger.info("purged idempotency keys", metadata: ["messages": "\(purged.messageKeys)", "updates": "\(purged.updateKeys)"])
+                    }
+                } catch {
+                    logger.warning("idempotency key purge failed", metadata: ["error": "\(error)"])
+                }
+                try? await Task.sleep(for: .seconds(3600))
+            }
+        }
+        defer { purge?.cancel() }
         if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
         do {
             try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])

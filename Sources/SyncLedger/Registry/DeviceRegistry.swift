@@ -16,7 +16,8 @@ public enum RegistryCaller: Sendable, Hashable {
         }
     }
 
-    func mayReach(_ device: Device) -> Bool {
+    /// Whether it may read or change `device`: the admin, its owner, or the identity logged in on it.
+    public func mayReach(_ device: Device) -> Bool {
         switch self {
         case .admin: true
         case .identity(let id): device.isReachable(by: id.rawValue)

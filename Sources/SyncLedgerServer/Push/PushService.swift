@@ -193,6 +193,11 @@ final class PushService: Sendable {
         return (n, await send(n))
     }
 
+    /// Puts custom notifications (`POST /devices/notify`) in the outbox and wakes delivery.
+    func enqueueCustom(_ notifications: [PushNotification]) throws {
+        if try outbox.enqueue(notifications, cursor: 0) > 0 { wake.signal() }
+    }
+
     private func send(_ n: PushNotification) async -> PushOutcome {
         let device: Device?
         let arns: [String]

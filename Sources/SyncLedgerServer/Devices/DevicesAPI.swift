@@ -1,0 +1,218 @@
+import Foundation
+import SyncLedger
+
+/// The device registry's endpoints (`/devices/…`, docs/devices.md): device info and token
+/// sync, login and logout, listing, and custom notifications. SigV4-signed like the Cognito
+/// operations; the pool comes from an identity's credential, or — for the admin — from the
+/// request.
+extension CognitoAPI {
+    func handleDevices(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
+        let who = identityScope(credential)
+        switch (request.method, segments.count > 1 ? segments[1] : nil, segments.count) {
+        case ("POST", "sync"?, 2):
+            try requireLeader("SyncDevice")
+            let json = try body(request)
+            let pool = try poolFor(credential, json["IdentityPoolId"])
+            let code = try string(json["DeviceCode"], "DeviceCode")
+            var info = DeviceInfo()
+            if let text = try string(json["Platform"], "Platform") {
+                guard let platform = Platform(rawValue: text) else {
+                    throw WireError.invalidParameter("Platform must be one of \(Platform.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(text.prefix(40))\"")
+                }
+                info.platform = platform
+            }
+            info.osVersion = try string(json["OsVersion"], "OsVersion")
+            info.appVersion = try string(json["AppVersion"], "AppVersion")
+            info.model = try string(json["Model"], "Model")
+            info.locale = try string(json["Locale"], "Locale")
+            info.settings = try stringMap(json["Settings"], "Settings")
+            let result = try await ledger.syncDevice(pool: pool, caller: registryCaller(credential), code: code, info: info)
+            return (.json(deviceCodeBody(result)), "SyncDevice", who)
+        case ("POST", "sync-token"?, 2):
+            try requireLeader("SyncDeviceToken")
+            let json = try body(request)
+            let pool = try poolFor(credential, json["IdentityPoolId"])
+            let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
+            let token = try string(json["Token"], "Token")
+            try await ledger.syncToken(pool: pool, caller: registryCaller(credential), code: code, token: token)
+            return (.json(deviceCodeBody(code)), "SyncDeviceToken", who)
+        case ("POST", "login"?, 2):
+            try requireLeader("LoginDevice")
+            guard case .identity(let poolText, let identityText) = credential.scope else {
+                throw WireError.notAuthorized("a login is made with the credentials of the identity that logs in, not the admin's")
+            }
+            let json = try body(request)
+            let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
+            let subscribeAll = try boolean(json["SubscribeAll"], "SubscribeAll")
+            let device = try await ledger.login(pool: try IdentityPoolID(poolText), identity: try IdentityID(identityText), code: code, subscribeAll: subscribeAll)
+            return (.json(deviceBody(device, wrapped: true)), "LoginDevice", who)
+        case ("POST", "logout"?, 2):
+            try requireLeader("LogoutDevice")
+            let json = try body(request)
+            let pool = try poolFor(credential, json["IdentityPoolId"])
+            let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
+            let device = try await ledger.logout(pool: pool, caller: registryCaller(credential), code: code)
+            return (.json(deviceBody(device, wrapped: true)), "LogoutDevice", who)
+        case ("POST", "notify"?, 2):
+            try requireLeader("NotifyDevices")
+            guard case .admin = credential.scope else {
+                throw WireError.notAuthorized("NotifyDevices needs the developer (admin) credential")
+            }
+            let json = try body(request)
+            let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            let identity = try IdentityID(try string(json["IdentityId"], "IdentityId", required: true)!)
+            guard let data = try stringMap(json["Data"], "Data") else { throw WireError.invalidParameter("Data is required") }
+            guard let push else {
+                throw WireError(type: "InvalidConfigurationException", status: 400, message: "push delivery is off on this server (syncledger serve --no-push, or a follower): nothing can be sent")
+            }
+            let ledger = self.ledger
+            let (id, notifications) = try await offPool { try ledger.customNotifications(pool: pool, identity: identity, data: data) }
+            try await offPool { try push.enqueueCustom(notifications) }
+            var w = JSONWriter()
+            w.beginObject(); w.member("NotificationId", id); w.member("DeviceCount", int: notifications.count); w.endObject()
+            return (.json(w), "NotifyDevices", identity.rawValue)
+        case ("GET", nil, 1):
+            let (pool, identity) = try identityFor(credential, query)
+            let ledger = self.ledger
+            let devices = try await offPool { try ledger.devices(pool: pool, identity: identity) }
+            var w = JSONWriter(capacity: 128 + devices.count * 256)
+            w.beginObject()
+            w.member("IdentityPoolId", pool.rawValue)
+            w.member("IdentityId", identity.rawValue)
+            w.key("Devices"); w.beginArray()
+            for device in devices { writeDevice(&w, device) }
+            w.endArray()
+            w.endObject()
+            return (.json(w), "ListDevices", identity.rawValue)
+        case ("GET", let code?, 2):
+            let pool = try poolFor(credential, queryValue(query, "IdentityPoolId").map { .string($0) })
+            try Ledger.validateDeviceCode(code)
+            let caller = try registryCaller(credential)
+            let ledger = self.ledger
+            guard let device = try await offPool({ try ledger.device(pool: pool, id: code) }), caller.mayReach(device) else {
+                throw WireError.notFound("no device with code \"\(code)\" in identity pool \(pool) that these credentials may use")
+            }
+            return (.json(deviceBody(device, wrapped: true)), "DescribeDevice", who)
+        default:
+            throw WireError.unknownOperation("no device operation is \(request.method) \(request.rawPath.prefix(200))")
+        }
+    }
+
+    /// The identity of an identity credential (for logs), nil for the admin.
+    func identityScope(_ credential: Credential) -> String? {
+        if case .identity(_, let identity) = credential.scope { return identity }
+        return nil
+    }
+
+    func requireLeader(_ operation: String) throws {
+        if let leader = followedLeader {
+            throw WireError.notAuthorized("this server is a read-only follower of \(leader); send \(operation) to the leader")
+        }
+    }
+
+    func registryCaller(_ credential: Credential) throws -> RegistryCaller {
+        switch credential.scope {
+        case .admin: return .admin(credential.accessKeyID)
+        case .identity(_, let identity): return .identity(try IdentityID(identity))
+        }
+    }
+
+    /// The pool of an identity credential; the admin names it (`IdentityPoolId`).
+    func poolFor(_ credential: Credential, _ named: JSON?) throws -> IdentityPoolID {
+        switch credential.scope {
+        case .identity(let pool, _):
+            if let text = try string(named, "IdentityPoolId"), text != pool {
+                throw WireError.notAuthorized("access key \(credential.accessKeyID) may reach only identity pool \(pool)")
+            }
+            return try IdentityPoolID(pool)
+        case .admin:
+            guard let text = try string(named, "IdentityPoolId") else {
+                throw WireError.invalidParameter("IdentityPoolId is required with the admin credential")
+            }
+            return try IdentityPoolID(text)
+        }
+    }
+
+    /// The identity whose devices are listed: the caller's own, or — for the admin — the one
+    /// named by `IdentityPoolId` and `IdentityId` in the query.
+    func identityFor(_ credential: Credential, _ query: [(String, String)]) throws -> (IdentityPoolID, IdentityID) {
+        switch credential.scope {
+        case .identity(let pool, let identity):
+            if let asked = queryValue(query, "IdentityId"), asked != identity {
+                throw WireError.notAuthorized("access key \(credential.accessKeyID) may reach only identity \(identity)")
+            }
+            return (try IdentityPoolID(pool), try IdentityID(identity))
+        case .admin:
+            guard let pool = queryValue(query, "IdentityPoolId"), let identity = queryValue(query, "IdentityId") else {
+                throw WireError.invalidParameter("IdentityPoolId and IdentityId are required with the admin credential")
+            }
+            return (try IdentityPoolID(pool), try IdentityID(identity))
+        }
+    }
+
+    func boolean(_ value: JSON?, _ path: String) throws -> Bool? {
+        switch value {
+        case nil, .null?: return nil
+        case .bool(let b)?: return b
+        case let other?: throw WireError.invalidParameter("\(path) must be a boolean, not \(other.typeName)")
+        }
+    }
+
+    /// A JSON object of strings (each key once), or nil when absent.
+    func stringMap(_ value: JSON?, _ path: String) throws -> [String: String]? {
+        switch value {
+        case nil, .null?: return nil
+        case .object(let members)?:
+            var map: [String: String] = [:]
+            for (key, item) in members {
+                guard case .string(let text) = item else {
+                    throw WireError.invalidParameter("\(path).\(key.prefix(40)) must be a string, not \(item.typeName)")
+                }
+                guard map.updateValue(text, forKey: key) == nil else {
+                    throw WireError.invalidParameter("\(path) has the key \"\(key.prefix(40))\" twice")
+                }
+            }
+            return map
+        case let other?: throw WireError.invalidParameter("\(path) must be an object of strings, not \(other.typeName)")
+        }
+    }
+
+    private func deviceCodeBody(_ code: String) -> JSONWriter {
+        var w = JSONWriter()
+        w.beginObject(); w.member("DeviceCode", code); w.endObject()
+        return w
+    }
+
+    private func deviceBody(_ device: Device, wrapped: Bool) -> JSONWriter {
+        var w = JSONWriter()
+        w.beginObject(); w.key("Device"); writeDevice(&w, device); w.endObject()
+        return w
+    }
+
+    /// A device as the API shows it: never its token (a token lets anyone who has the
+    /// transport's key push to the device), only whether it has one.
+    func writeDevice(_ w: inout JSONWriter, _ d: Device) {
+        w.beginObject()
+        w.member("DeviceCode", d.id)
+        w.member("Platform", d.platform?.rawValue)
+        w.member("OsVersion", d.osVersion)
+        w.member("AppVersion", d.appVersion)
+        w.member("Model", d.model)
+        w.member("Locale", d.locale)
+        if let settings = d.settings {
+            w.key("Settings"); w.beginObject()
+            for (k, v) in settings.sorted(by: { $0.key < $1.key }) { w.member(k, v) }
+            w.endObject()
+        }
+        w.member("IdentityId", d.identity)
+        w.member("LoggedIn", bool: d.isLoggedIn)
+        w.member("SubscribeAll", bool: d.subscribesAll ?? false)
+        w.member("HasToken", bool: d.token != nil)
+        w.member("PushEnabled", bool: d.isEnabled)
+        w.member("TokenDisabledReason", d.disabledReason)
+        w.member("CreationDate", date: d.created?.milliseconds)
+        w.member("LastModifiedDate", date: d.updated?.milliseconds)
+        w.member("TokenRegisteredDate", date: d.registered?.milliseconds)
+        w.endObject()
+    }
+}
