@@ -86,6 +86,7 @@ struct CognitoAPI: Sendable {
             return response
         }
         if segments.first == "devices" || segments.first == "messages" {
+            operation = Self.registryOperation(method: request.method, segments: segments)
             let credential = try authenticator.authenticate(request, queryPairs: query)
             let (response, name, who) = segments.first == "devices"
                 ? try await handleDevices(segments, query: query, request: request, credential: credential)
@@ -106,6 +107,24 @@ struct CognitoAPI: Sendable {
             throw WireError.notAuthorized("this server is a read-only follower of \(leader); send \(route.operation.rawValue) to the leader")
         }
         return try await dispatch(route, query: query, request: request, credential: credential)
+    }
+
+    /// The name of a `/devices` or `/messages` operation (for logs and metrics, before it runs).
+    static func registryOperation(method: String, segments: [String]) -> String {
+        switch (segments.first, method, segments.count > 1 ? segments[1] : nil, segments.count) {
+        case ("devices", "POST", "sync"?, 2): "SyncDevice"
+        case ("devices", "POST", "sync-token"?, 2): "SyncDeviceToken"
+        case ("devices", "POST", "login"?, 2): "LoginDevice"
+        case ("devices", "POST", "logout"?, 2): "LogoutDevice"
+        case ("devices", "POST", "notify"?, 2): "NotifyDevices"
+        case ("devices", "GET", nil, 1): "ListDevices"
+        case ("devices", "GET", _?, 2): "DescribeDevice"
+        case ("messages", "POST", nil, 1): "SendMessage"
+        case ("messages", "GET", nil, 1): "ReceiveMessages"
+        case ("messages", "POST", "ack"?, 2): "AcknowledgeMessages"
+        case ("messages", "GET", "consumers"?, 2): "ListMessageConsumers"
+        default: "Unknown"
+        }
     }
 
     /// Runs a synchronous ledger read (an LMDB scan, a sort, compression) on NIO's blocking
@@ -256,7 +275,7 @@ struct CognitoAPI: Sendable {
         case .registerDevice:
             let json = try body(request)
             let platformText = try string(json["Platform"], "Platform", required: true)!
-            guard let platform = Platform(rawValue: platformText) else {
+            guard let platform = Platform(rawValue: platformText), Platform.cognito.contains(platform) else {
                 throw WireError.invalidParameter("Platform must be one of APNS, APNS_SANDBOX, GCM, ADM, not \"\(platformText.prefix(40))\"")
             }
             let token = try string(json["Token"], "Token", required: true)!

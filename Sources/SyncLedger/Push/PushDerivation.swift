@@ -114,6 +114,9 @@ extension Ledger {
         guard !data.isEmpty else { throw LedgerError(.invalidParameter, "Data must hold at least one entry") }
         let size = data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
         guard size <= 4096 else { throw LedgerError(.limitExceeded, "Data holds \(size) bytes; a notification carries at most 4096") }
+        guard !(try poolConfiguration(pool).pushSync?.applicationArns ?? []).isEmpty else {
+            throw LedgerError(.invalidParameter, "identity pool \(pool) has no PushSync.ApplicationArns configured, so no notification can be sent (SetIdentityPoolConfiguration)")
+        }
         let id = UUID().uuidString.lowercased()
         let now = options.clock()
         let sequence = try read { txn in try nextSequence(txn) } - 1

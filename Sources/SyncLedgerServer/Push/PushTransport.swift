@@ -167,7 +167,7 @@ public enum PushConfigurationCheck {
     /// application of a platform the kind serves, a key that does not parse, a bad URL.
     public static func validate(_ configuration: PushTransportConfiguration) throws {
         guard let platform = PushTransportConfiguration.platform(ofARN: configuration.arn) else {
-            throw StartupError("--arn \(configuration.arn) is not an SNS platform application ARN (arn:aws:sns:REGION:ACCOUNT:app/PLATFORM/NAME with PLATFORM one of APNS, APNS_SANDBOX, GCM, ADM)")
+            throw StartupError("--arn \(configuration.arn) is not an SNS platform application ARN (arn:aws:sns:REGION:ACCOUNT:app/PLATFORM/NAME with PLATFORM one of APNS, APNS_SANDBOX, GCM, ADM, WEBHOOK)")
         }
         switch (configuration.kind, platform) {
         case (.apns, .apns), (.apns, .apnsSandbox), (.fcm, .gcm), (.webhook, _): break

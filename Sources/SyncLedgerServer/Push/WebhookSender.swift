@@ -16,6 +16,11 @@ import SyncLedger
 ///
 /// Answers: 2xx delivered; 410 Gone means the device's address is dead; 408, 429 and 5xx are
 /// retried (honouring `Retry-After`); other 4xx are not.
+///
+/// A device of platform `WEBHOOK` has its own address as its token: the POST goes there, but
+/// only when the address lies under the transport's configured URL (same scheme, host and
+/// port, and the configured path as a prefix), so a device cannot point the server anywhere
+/// else. Other platforms' notifications go to the configured URL.
 final class WebhookSender: PushSender {
     let url: String
     let secret: SymmetricKey
@@ -62,10 +67,26 @@ final class WebhookSender: PushSender {
         return Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data())
     }
 
+    /// Whether a device's own address lies under the configured URL.
+    static func isUnder(_ address: String, base: String) -> Bool {
+        guard problem(with: address) == nil, let a = URLComponents(string: address), let b = URLComponents(string: base) else { return false }
+        guard a.scheme?.lowercased() == b.scheme?.lowercased(), a.host?.lowercased() == b.host?.lowercased(), a.port == b.port,
+              a.percentEncodedPath.hasPrefix(b.percentEncodedPath) else { return false }
+        let rest = a.percentEncodedPath.dropFirst(b.percentEncodedPath.count)
+        return b.percentEncodedPath.hasSuffix("/") || rest.isEmpty || rest.hasPrefix("/")
+    }
+
     func send(_ delivery: PushDelivery) async -> PushOutcome {
+        var target = url
+        if delivery.notification.platform == .webhook {
+            guard Self.isUnder(delivery.token, base: url) else {
+                return .failed(reason: "the device's webhook address is not under the transport's URL \(url)")
+            }
+            target = delivery.token
+        }
         let body = Self.body(delivery)
         let timestamp = String(Int(Date().timeIntervalSince1970))
-        var request = HTTPClientRequest(url: url)
+        var request = HTTPClientRequest(url: target)
         request.method = .POST
         request.headers.add(name: "content-type", value: "application/json")
         request.headers.add(name: "user-agent", value: "SyncLedger-push")
