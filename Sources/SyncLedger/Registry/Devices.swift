@@ -178,6 +178,7 @@ final class RegistryChange: @unchecked Sendable {
 
     /// Links `device` to `identity` (after unlinking it from anyone else).
     func link(_ device: inout Device, to identity: String, subscribesAll: Bool?, now: Timestamp) throws {
+        if device.identity == identity, subscribesAll == nil || device.subscribesAll == subscribesAll { return }  // as it is
         if let previous = device.identity, previous != identity { try unlink(&device, now: now) }
         if device.identity == nil { device.linkedAt = now }
         device.identity = identity
