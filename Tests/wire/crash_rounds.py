@@ -456,7 +456,7 @@ def read_feed(binary, data_dir, pool):
                          capture_output=True, text=True, timeout=VERIFY_TIMEOUT)
     if out.returncode != 0:
         raise AssertionError(f"syncledger log failed ({out.returncode}): {out.stderr[-2000:]}")
-    devices, subscriptions = {}, set()
+    records, subscriptions = {}, set()
     for line in out.stdout.splitlines():
         entry = json.loads(line)
         stream = entry["stream"]
@@ -464,15 +464,17 @@ def read_feed(binary, data_dir, pool):
             continue
         for event in entry["events"]:
             op, key, value = event["op"], event.get("key", ""), event.get("value")
-            if stream["dataset"] == "devices" and key.startswith("token/"):
-                _, identity, platform, token = key.split("/", 3)
+            if stream["dataset"] == "devices" and key.startswith("device/"):
+                # The device record: its code, the identity logged in on it, platform, token.
                 if op == "put":
-                    devices[(identity, platform, token)] = value
+                    records[key[len("device/"):]] = json.loads(value)
                 else:
-                    devices.pop((identity, platform, token), None)
+                    records.pop(key[len("device/"):], None)
             elif stream["dataset"] == "subscriptions":
                 identity, dataset, device = key.split("/", 2)
                 (subscriptions.add if op == "put" else subscriptions.discard)((identity, dataset, device))
+    devices = {(d["identity"], d["platform"], d["token"]): code for code, d in records.items()
+               if d.get("identity") and d.get("platform") and d.get("token")}
     return devices, subscriptions
 
 

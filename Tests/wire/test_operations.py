@@ -162,8 +162,13 @@ def test_register_device(admin, pool, identity):
     assert admin.register_device(**ids, Platform="GCM", Token="token-1")["DeviceId"] == first
     other_token = admin.register_device(**ids, Platform="GCM", Token="token-2")["DeviceId"]
     other_platform = admin.register_device(**ids, Platform="APNS", Token="token-1")["DeviceId"]
+    assert len({first, other_token, other_platform}) == 3
+    # A token belongs to one device: registered by another identity (the next user on the
+    # phone), it is the same device, now logged in as that identity.
     other_identity = admin.register_device(IdentityPoolId=pool, IdentityId=new_id(), Platform="GCM", Token="token-1")["DeviceId"]
-    assert len({first, other_token, other_platform, other_identity}) == 4
+    assert other_identity == first
+    WEBHOOK = dict(Platform="WEBHOOK", Token="https://example.com/d")  # not a Cognito platform
+    expect_error(admin.register_device, "InvalidParameterException", 400, **ids, **WEBHOOK)
     for platform in ["APNS_SANDBOX", "ADM"]:
         assert admin.register_device(**ids, Platform=platform, Token="t")["DeviceId"]
     expect_error(admin.register_device, "InvalidParameterException", 400, **ids, Platform="WNS", Token="token-1")
