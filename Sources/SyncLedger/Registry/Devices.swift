@@ -89,6 +89,12 @@ extension Ledger {
         return try codes.sorted().compactMap { try device(pool: pool, id: $0) }.filter { $0.identity == identity.rawValue }
     }
 
+    /// Every device of `pool` (at most `limit`), by device code.
+    public func allDevices(pool: IdentityPoolID, limit: Int = .max) throws -> [Device] {
+        let stream = Self.devicesStream(pool)
+        return try records(stream, prefix: "device/").prefix(limit).map { try Self.decode(Device.self, $0.1, stream: stream) }
+    }
+
     /// The devices subscribed to `dataset`: those logged in as its identity that receive every
     /// dataset, and those that subscribed to this one (Cognito's SubscribeToDataset).
     public func subscribers(of dataset: StreamName) throws -> [Device] {
