@@ -78,6 +78,15 @@ final class ServerMetrics: Sendable {
         out += "syncledger_group_commit_size_sum \(stats.writes)\n"
         out += "syncledger_group_commit_size_count \(stats.commits)\n"
         if let replication { out += replication.metrics() }
+        if let consumers = try? ledger.consumers(), !consumers.isEmpty {
+            out += "# HELP syncledger_message_consumer_messages_total Device messages a consumer passed: acknowledged within their time to live, or expired.\n# TYPE syncledger_message_consumer_messages_total counter\n"
+            for c in consumers {
+                out += "syncledger_message_consumer_messages_total{consumer=\"\(c.name)\",outcome=\"acknowledged\"} \(c.acknowledged)\n"
+                out += "syncledger_message_consumer_messages_total{consumer=\"\(c.name)\",outcome=\"expired\"} \(c.expired)\n"
+            }
+            out += "# HELP syncledger_message_consumer_cursor The change-feed position up to which a consumer acknowledged.\n# TYPE syncledger_message_consumer_cursor gauge\n"
+            for c in consumers { out += "syncledger_message_consumer_cursor{consumer=\"\(c.name)\"} \(c.cursor)\n" }
+        }
         return out
     }
 }

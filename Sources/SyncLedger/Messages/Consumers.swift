@@ -129,9 +129,14 @@ extension Ledger {
         return (consumer, try messages(after: consumer?.cursor ?? 0, limit: limit))
     }
 
+    /// The most messages one acknowledgement passes (see ``acknowledgeMessages(consumer:through:)``).
+    public static let maxAcknowledgedPerCall = 100_000
+
     /// Acknowledges every message up to `sequence` for consumer `name` (creating it): its
     /// cursor moves there, and each message passed counts as acknowledged or — when its time
     /// to live had passed — expired. An acknowledgement at or below the cursor changes nothing.
+    /// One call passes at most ``maxAcknowledgedPerCall`` messages: beyond them the cursor
+    /// stops short (the returned consumer's cursor says where) and the caller acknowledges again.
     /// - Throws: `.invalidParameter` for a sequence beyond the change feed or a bad name;
     ///   `.limitExceeded` for a new consumer beyond ``MessageConsumer/maxConsumers``.
     @discardableResult
@@ -154,15 +159,21 @@ extension Ledger {
                 consumer = MessageConsumer(name: name, cursor: 0, acknowledged: 0, expired: 0, created: now, updated: now)
             }
             guard sequence > consumer.cursor else { return consumer }
+            var reached = sequence
             try txn.withCursor(self.schema.messageIndex) { c in
                 var pair = try c.seek(atLeast: .bigEndian(consumer.cursor + 1))
+                var walked = 0
                 while let current = pair, current.key.bigEndianUInt64() <= sequence {
+                    // A bounded walk per transaction (the writer serves everyone): a far jump
+                    // moves the cursor part of the way, and the answer says where.
+                    if walked == Self.maxAcknowledgedPerCall { reached = current.key.bigEndianUInt64() - 1; break }
+                    walked += 1
                     let row = try MessageIndexRow(decoding: current.value)
                     if row.expires < now { consumer.expired += 1 } else { consumer.acknowledged += 1 }
                     pair = try c.next()
                 }
             }
-            consumer.cursor = sequence
+            consumer.cursor = reached
             consumer.updated = now
             try txn.put(self.schema.consumers, key: Array(name.utf8), value: Array(Self.json(consumer).utf8))
             return consumer

@@ -105,6 +105,9 @@ public enum PushOutcome: Sendable, Equatable {
     case tokenDead(reason: String, reportedAt: Timestamp? = nil)
     /// Never retry (the request or the configuration is wrong): straight to the dead letters.
     case failed(reason: String)
+    /// Nobody to send it to any more (the device logged out, moved to another identity, or
+    /// lost its token): dropped and counted, not a dead letter.
+    case unrouted(reason: String)
 }
 
 /// How the outbox retries, expires and gives up.

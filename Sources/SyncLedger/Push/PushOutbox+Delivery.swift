@@ -107,6 +107,8 @@ extension PushOutbox {
         case dead(reason: String)
         /// Dropped: the token was reported dead.
         case tokenDisabled
+        /// Dropped: the device left (see ``PushOutcome/unrouted(reason:)``).
+        case unrouted
         /// The row was no longer there (taken back by `push retry`, or settled already).
         case gone
     }
@@ -164,6 +166,9 @@ extension PushOutbox {
             case .tokenDead:
                 try drop(.tokenDisabled)
                 return .tokenDisabled
+            case .unrouted:
+                try drop(.unrouted)
+                return .unrouted
             case .failed(let reason):
                 return try kill(reason)
             case .retry(let reason, let after):

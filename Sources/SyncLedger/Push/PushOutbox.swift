@@ -268,4 +268,7 @@ public enum PushCounter: String, Sendable, CaseIterable, Codable {
     /// Changes not notified: the device's token was disabled, or the pool has no push sync
     /// configured for the device's platform.
     case skipped
+    /// Dropped unsent because the device left before its turn: logged out, logged in as
+    /// another identity, or without a token now.
+    case unrouted
 }

@@ -58,16 +58,7 @@ extension Ledger {
                 guard case .identity(let owner) = caller else {
                     throw LedgerError(.invalidParameter, "a device is created with the credentials of the app's identity, not the admin's")
                 }
-                let owned = try change.view.countStored(prefix: "owned/\(owner)/", limit: maxDevices)
-                guard owned < maxDevices else {
-                    throw LedgerError(.limitExceeded, "identity \(owner) already created \(owned) devices; the limit is \(maxDevices)")
-                }
-                var fresh = Self.newDeviceCode()
-                while try change.device(fresh) != nil { fresh = Self.newDeviceCode() }
-                device = Device(id: fresh, identity: nil, platform: platform, token: nil)
-                device.owner = owner.rawValue
-                device.created = now
-                change.setKey("owned/\(owner)/\(fresh)", "1")
+                device = try change.createDevice(owner: owner.rawValue, platform: platform, now: now, limit: maxDevices)
             }
             let before = device
             if let platform = info.platform, platform != device.platform {
@@ -183,17 +174,8 @@ extension Ledger {
             if let code, let found = try change.device(code) {
                 device = found
             } else {
-                let linked = try change.view.countStored(prefix: "linked/\(who)/", limit: maxDevices)
-                guard linked < maxDevices else {
-                    throw LedgerError(.limitExceeded, "identity \(who) already has \(linked) registered devices; the limit is \(maxDevices)")
-                }
-                var fresh = Self.newDeviceCode()
-                while try change.device(fresh) != nil { fresh = Self.newDeviceCode() }
-                device = Device(id: fresh, identity: nil, platform: platform, token: nil)
-                device.owner = who
-                device.created = now
+                device = try change.createDevice(owner: who, platform: platform, now: now, limit: maxDevices)
                 device.subscribesAll = false
-                change.setKey("owned/\(who)/\(fresh)", "1")
             }
             let before = device
             if device.platform != platform {

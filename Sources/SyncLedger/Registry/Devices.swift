@@ -182,6 +182,22 @@ final class RegistryChange: @unchecked Sendable {
         subscriptionEvents.append(on ? .put(key: key, value: platform.rawValue, deviceModified: nil) : .remove(key: key, deviceModified: nil))
     }
 
+    /// A new device with a fresh code, created by `owner` (at most `limit` per owner).
+    /// - Throws: `.limitExceeded` when the owner already created `limit` devices.
+    func createDevice(owner: String, platform: Platform, now: Timestamp, limit: Int) throws -> Device {
+        let owned = try view.countStored(prefix: "owned/\(owner)/", limit: limit)
+        guard owned < limit else {
+            throw LedgerError(.limitExceeded, "identity \(owner) already registered \(owned) devices; the limit is \(limit)")
+        }
+        var code = Ledger.newDeviceCode()
+        while try device(code) != nil { code = Ledger.newDeviceCode() }
+        var device = Device(id: code, identity: nil, platform: platform, token: nil)
+        device.owner = owner
+        device.created = now
+        setKey("owned/\(owner)/\(code)", "1")
+        return device
+    }
+
     /// Links `device` to `identity` (after unlinking it from anyone else).
     func link(_ device: inout Device, to identity: String, subscribesAll: Bool?, now: Timestamp) throws {
         if device.identity == identity, subscribesAll == nil || device.subscribesAll == subscribesAll { return }  // as it is

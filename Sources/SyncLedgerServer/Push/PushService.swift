@@ -209,8 +209,9 @@ final class PushService: Sendable {
         } catch {
             return .retry(reason: "cannot read the device registry: \(error)")
         }
-        guard let device, device.identity == n.identity else { return .failed(reason: "device \(n.deviceID) is no longer logged in as \(n.identity)") }
-        guard let platform = device.platform, let token = device.token else { return .failed(reason: "device \(n.deviceID) has no push token any more") }
+        guard let device else { return .failed(reason: "device \(n.deviceID) is not in the registry") }
+        guard device.identity == n.identity else { return .unrouted(reason: "device \(n.deviceID) is no longer logged in as \(n.identity)") }
+        guard let platform = device.platform, let token = device.token else { return .unrouted(reason: "device \(n.deviceID) has no push token any more") }
         guard device.isEnabled else { return .tokenDead(reason: "the device's token was disabled: \(device.disabledReason ?? "")") }
         var n = n
         n.platform = platform
@@ -235,7 +236,7 @@ final class PushService: Sendable {
             }
         case .failed(let reason), .retry(let reason, _):
             logger.info("push: attempt failed", metadata: ["pool": "\(n.pool)", "device": "\(n.deviceID)", "attempt": "\(n.attempts)", "reason": "\(reason)"])
-        case .delivered:
+        case .delivered, .unrouted:
             break
         }
         return outcome
