@@ -119,6 +119,7 @@ struct CognitoAPI: Sendable {
         case ("devices", "POST", "notify"?, 2): "NotifyDevices"
         case ("devices", "GET", nil, 1): "ListDevices"
         case ("devices", "GET", _?, 2): "DescribeDevice"
+        case ("devices", "DELETE", _?, 2): "DeleteDevice"
         case ("messages", "POST", nil, 1): "SendMessage"
         case ("messages", "GET", nil, 1): "ReceiveMessages"
         case ("messages", "POST", "ack"?, 2): "AcknowledgeMessages"

@@ -208,7 +208,8 @@ public enum SyncLedgerServer {
         let replication = follower.map { f in Task { await f.run() } }
         let delivery = push.map { p in Task { await p.service.run() } }
         let eventHub = Task { await events.run() }
-        let purge = client != nil ? nil : Task { [retention = configuration.idempotencyRetention] in
+        // A follower purges too: its message keys are views of the replicated entries.
+        let purge = Task { [retention = configuration.idempotencyRetention] in
             // At start, then hourly: keys older than the retention go, a batch per transaction.
             while !Task.isCancelled {
                 do {
@@ -222,7 +223,7 @@ public enum SyncLedgerServer {
                 try? await Task.sleep(for: .seconds(3600))
             }
         }
-        defer { purge?.cancel() }
+        defer { purge.cancel() }
         if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
         do {
             try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])

@@ -5,13 +5,13 @@ import SyncLedger
 /// `syncledger devices`: the device registry of a pool, on a data directory.
 struct Devices: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "The device registry: list, show, unlink (log out).",
+        abstract: "The device registry: list, show, unlink (log out), remove.",
         discussion: """
             Devices are records of each pool's `devices` system stream (docs/devices.md); these \
             commands read and change them beside a running server. Tokens are shown only as \
             whether a device has one.
             """,
-        subcommands: [List.self, Show.self, Unlink.self])
+        subcommands: [List.self, Show.self, Unlink.self, Remove.self])
 
     static func json(_ d: Device) -> JSON {
         .object([
@@ -96,6 +96,23 @@ struct Devices: AsyncParsableCommand {
             } else {
                 print("device \(device.id) was not logged in; nothing changed")
             }
+        }
+    }
+
+    /// `syncledger devices remove`.
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove a device from the registry: logged out, token and subscriptions gone, its code unknown from then on.",
+            discussion: "The log keeps its history; recorded with the author `admin:cli`.")
+        @OptionGroup var data: DataDirectory
+        @Option(name: .customLong("identity-pool-id"), help: "The identity pool.") var pool: String
+        @Argument(help: "The device code.") var code: String
+
+        func run() async throws {
+            let ledger = try data.open()
+            defer { ledger.close() }
+            let device = try await ledger.removeDevice(pool: try IdentityPoolID(pool), caller: .admin("cli"), code: code)
+            print("device \(device.id) removed")
         }
     }
 }

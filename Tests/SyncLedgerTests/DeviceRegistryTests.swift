@@ -88,6 +88,18 @@ import SyncLedgerTestSupport
             await expectLedgerError(.invalidParameter) { try await ledger.syncToken(pool: pool, caller: .identity(alice), code: webhook, token: "ftp://x") }
             await expectLedgerError(.limitExceeded) { _ = try await ledger.syncDevice(pool: pool, caller: .identity(alice), code: nil, info: DeviceInfo(platform: .gcm)) }
             #expect(try ledger.lastSequence == before + 1, "only the WEBHOOK device was written")
+            // What an identity sees: its logged-in devices and the logged-out ones it created.
+            #expect(try ledger.visibleDevices(pool: pool, identity: alice).map(\.id) == [code, webhook].sorted())
+            try await ledger.login(pool: pool, identity: bob, code: code, subscribeAll: nil)
+            #expect(try ledger.visibleDevices(pool: pool, identity: alice).map(\.id) == [webhook], "not who is logged in on its device")
+            #expect(try ledger.visibleDevices(pool: pool, identity: bob).map(\.id) == [code])
+            // Removing a device frees its place under the owner's limit; its code is unknown after.
+            await expectLedgerError(.notFound) { _ = try await ledger.removeDevice(pool: pool, caller: .identity(bob), code: webhook) }
+            try await ledger.removeDevice(pool: pool, caller: .identity(alice), code: webhook)
+            #expect(try ledger.device(pool: pool, id: webhook) == nil)
+            await expectLedgerError(.notFound) { try await ledger.syncToken(pool: pool, caller: .identity(alice), code: webhook, token: "https://x.example/a") }
+            let third = try await ledger.syncDevice(pool: pool, caller: .identity(alice), code: nil, info: DeviceInfo(platform: .gcm))
+            #expect(third != webhook)
             // The admin may reach any device of the pool.
             _ = try await ledger.syncDevice(pool: pool, caller: .admin("AK"), code: code, info: DeviceInfo(appVersion: "2"))
             #expect(try ledger.device(pool: pool, id: code)?.appVersion == "2")

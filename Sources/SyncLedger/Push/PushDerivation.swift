@@ -107,13 +107,17 @@ extension Ledger {
 extension Ledger {
     /// Custom data notifications for every device logged in as `identity` that has a live
     /// token (`POST /devices/notify`): one per device, named `notify/<id>` in the outbox.
-    /// - Throws: `.invalidParameter` when the data is empty or over 4 KiB (what APNs and FCM
-    ///   carry), `.notFound` when no device of the identity can receive it.
+    /// - Throws: `.invalidParameter` when the data is empty or the pool has no push sync;
+    ///   `.limitExceeded` when the APNs payload it makes (`{"aps":{"content-available":1},
+    ///   "data":…}`, the largest wrapping of the three transports) would pass APNs' 4,096 bytes.
     public func customNotifications(pool: IdentityPoolID, identity: IdentityID, data: [String: String]) throws -> (id: String, notifications: [PushNotification]) {
         try Self.requireUserIdentity(identity)
         guard !data.isEmpty else { throw LedgerError(.invalidParameter, "Data must hold at least one entry") }
-        let size = data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
-        guard size <= 4096 else { throw LedgerError(.limitExceeded, "Data holds \(size) bytes; a notification carries at most 4096") }
+        let payload: [String: Any] = ["aps": ["content-available": 1], "data": data]
+        let size = (try? JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys, .withoutEscapingSlashes]).count) ?? Int.max
+        guard size <= 4096 else {
+            throw LedgerError(.limitExceeded, "Data makes a push payload of \(size) bytes as JSON; APNs carries at most 4096 (keep Data under about 4,000 bytes)")
+        }
         guard !(try poolConfiguration(pool).pushSync?.applicationArns ?? []).isEmpty else {
             throw LedgerError(.invalidParameter, "identity pool \(pool) has no PushSync.ApplicationArns configured, so no notification can be sent (SetIdentityPoolConfiguration)")
         }

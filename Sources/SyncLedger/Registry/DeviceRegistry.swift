@@ -138,6 +138,25 @@ extension Ledger {
         }
     }
 
+    /// Removes a device from the registry: logged out, its token, subscriptions and record
+    /// gone (the log keeps its history), and it no longer counts in its owner's limit. Its
+    /// code is unknown from then on.
+    /// - Throws: `.notFound` for a code the caller may not use.
+    @discardableResult
+    public func removeDevice(pool: IdentityPoolID, caller: RegistryCaller, code: String) async throws -> Device {
+        try Self.validateDeviceCode(code)
+        let now = options.clock()
+        return try await changeRegistry(pool, author: caller.author) { change in
+            guard var device = try change.device(code), caller.mayReach(device) else { throw Self.unknownDevice(code, pool: pool) }
+            let removed = device
+            try change.unlink(&device, now: now)
+            try change.setToken(&device, nil, now: now)
+            if let owner = device.owner { change.setKey("owned/\(owner)/\(code)", nil) }
+            change.setKey("device/\(code)", nil)
+            return removed
+        }
+    }
+
     /// Cognito's RegisterDevice: the device that has this token (or a new one), logged in as
     /// `identity`, and its code.
     ///

@@ -89,6 +89,19 @@ extension Ledger {
         return try codes.sorted().compactMap { try device(pool: pool, id: $0) }.filter { $0.identity == identity.rawValue }
     }
 
+    /// What `GET /devices` shows an identity: the devices logged in as it, and those it created
+    /// that nobody is logged in on (an app's install identity sees its own device). A device it
+    /// created on which another identity is logged in is not shown: that would tell it who.
+    public func visibleDevices(pool: IdentityPoolID, identity: IdentityID) throws -> [Device] {
+        let stream = Self.devicesStream(pool)
+        var found = Dictionary(uniqueKeysWithValues: try devices(pool: pool, identity: identity).map { ($0.id, $0) })
+        for (key, _) in try records(stream, prefix: "owned/\(identity)/") {
+            let code = String(key.split(separator: "/").last ?? "")
+            if found[code] == nil, let device = try device(pool: pool, id: code), device.identity == nil { found[code] = device }
+        }
+        return found.keys.sorted().map { found[$0]! }
+    }
+
     /// Every device of `pool` (at most `limit`), by device code.
     public func allDevices(pool: IdentityPoolID, limit: Int = .max) throws -> [Device] {
         let stream = Self.devicesStream(pool)

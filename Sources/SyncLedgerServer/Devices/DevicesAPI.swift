@@ -74,7 +74,7 @@ extension CognitoAPI {
         case ("GET", nil, 1):
             let (pool, identity) = try identityFor(credential, query)
             let ledger = self.ledger
-            let devices = try await offPool { try ledger.devices(pool: pool, identity: identity) }
+            let devices = try await offPool { try ledger.visibleDevices(pool: pool, identity: identity) }
             var w = JSONWriter(capacity: 128 + devices.count * 256)
             w.beginObject()
             w.member("IdentityPoolId", pool.rawValue)
@@ -93,6 +93,11 @@ extension CognitoAPI {
                 throw WireError.notFound("no device with code \"\(code)\" in identity pool \(pool) that these credentials may use")
             }
             return (.json(deviceBody(device, wrapped: true)), "DescribeDevice", who)
+        case ("DELETE", let code?, 2):
+            try requireLeader("DeleteDevice")
+            let pool = try poolFor(credential, queryValue(query, "IdentityPoolId").map { .string($0) })
+            let device = try await ledger.removeDevice(pool: pool, caller: registryCaller(credential), code: code)
+            return (.json(deviceBody(device, wrapped: true)), "DeleteDevice", who)
         default:
             throw WireError.unknownOperation("no device operation is \(request.method) \(request.rawPath.prefix(200))")
         }

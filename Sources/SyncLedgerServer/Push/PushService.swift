@@ -209,7 +209,7 @@ final class PushService: Sendable {
         } catch {
             return .retry(reason: "cannot read the device registry: \(error)")
         }
-        guard let device else { return .failed(reason: "device \(n.deviceID) is not in the registry") }
+        guard let device else { return .unrouted(reason: "device \(n.deviceID) was removed from the registry") }
         guard device.identity == n.identity else { return .unrouted(reason: "device \(n.deviceID) is no longer logged in as \(n.identity)") }
         guard let platform = device.platform, let token = device.token else { return .unrouted(reason: "device \(n.deviceID) has no push token any more") }
         guard device.isEnabled else { return .tokenDead(reason: "the device's token was disabled: \(device.disabledReason ?? "")") }
