@@ -3,7 +3,7 @@
 // clock the tool moves.
 //
 //   message-footprint --data DIR [--messages 1000000] [--identities 10000] [--bytes 64]
-//                     [--concurrency 128] [--rounds 2] [--durable]
+//                     [--concurrency 128] [--rounds 2] [--durable] [--purge-batch N]
 //
 // DIR must not exist (it is made). Each of the identities owns one device (syncDevice); the
 // messages go round-robin to them, each with a random UUID as MessageId (as apps make them),
@@ -34,6 +34,8 @@ struct Options: Sendable {
     var concurrency = 128
     var rounds = 2
     var durable = false
+    /// Keys per purge transaction (nil: the library's default).
+    var purgeBatch: Int?
 
     init(_ args: [String]) {
         var i = 1
@@ -51,6 +53,7 @@ struct Options: Sendable {
             case "--concurrency": concurrency = Int(next()) ?? 0
             case "--rounds": rounds = Int(next()) ?? 0
             case "--durable": durable = true
+            case "--purge-batch": purgeBatch = Int(next())
             default: fail("unknown option \(args[i])")
             }
             i += 1
@@ -283,7 +286,11 @@ for round in 1...options.rounds {
         let ledger = try run.open()
         say("round \(round): the clock moves 29 days on; purging")
         let start = ContinuousClock.now
-        let purged = try await ledger.purgeIdempotencyKeys()
+        let purged = if let batch = options.purgeBatch {
+            try await ledger.purgeIdempotencyKeys(batch: batch)
+        } else {
+            try await ledger.purgeIdempotencyKeys()
+        }
         let elapsed = seconds(ContinuousClock.now - start)
         say(String(format: "round %d: purged %d message keys in %.1f s", round, purged.messageKeys, elapsed))
         snapshot = try look(ledger, "29 days later, after the purge", seconds: elapsed, rate: Double(purged.messageKeys) / elapsed)

@@ -35,6 +35,8 @@ struct MessageBenchOptions: Sendable {
     var warmupSeconds = 1.0
     var serverPID: Int32?
     var timeToLive = 86_400
+    /// Only this kind of phase (for profiling one of them).
+    var only: PhaseKind?
 
     init(_ args: [String]) {
         var i = 1
@@ -56,6 +58,10 @@ struct MessageBenchOptions: Sendable {
             case "--rounds": rounds = Int(next()) ?? 0
             case "--warmup-seconds": warmupSeconds = Double(next()) ?? 0
             case "--server-pid": serverPID = Int32(next())
+            case "--only":
+                let kind = next()
+                guard let k = kind == "updates" ? PhaseKind.updates : kind == "messages" ? PhaseKind.messages : nil else { fail("--only updates|messages") }
+                only = k
             default: fail("unknown option \(args[i]) for --messages")
             }
             i += 1
@@ -303,6 +309,16 @@ func processCPUSeconds(_ pid: Int32) -> Double? {
     return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
+/// CPU seconds the whole machine spent busy so far (every core: user, nice, system, irq,
+/// softirq, steal), from /proc/stat; nil when unknown.
+func machineBusySeconds() -> Double? {
+    guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+          let line = text.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) else { return nil }
+    let f = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+    guard f.count >= 8 else { return nil }
+    return (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
 /// This process's user + system CPU seconds so far.
 func ownCPUSeconds() -> Double {
     var usage = rusage()
@@ -337,6 +353,8 @@ struct MeasuredPhase: Sendable {
     let serverCPU: Double?
     let loadCPU: Double
     let perCommit: Double?
+    /// CPU seconds of everything but the server and this tool during the phase, per second.
+    let otherCores: Double?
     var rate: Double { Double(requests) / seconds }
 }
 
@@ -366,7 +384,7 @@ func runMessageBenchmark() async throws {
     // Warm-up U and M, then ABBA rounds.
     var phases: [PhaseKind] = [.updates, .messages]
     for round in 0..<options.rounds { phases += round % 2 == 0 ? [.updates, .messages] : [.messages, .updates] }
-    let schedule = phases
+    let schedule = options.only.map { kind in phases.map { _ in kind } } ?? phases
     let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     let control = PhaseControl(workers: credentials.count)
     progress("\(credentials.count) devices: creating devices and taking session tokens")
@@ -391,21 +409,28 @@ func runMessageBenchmark() async throws {
                 let counters = try await writerCounters(options, group: group)
                 let cpu = options.serverPID.flatMap(processCPUSeconds)
                 let own = ownCPUSeconds()
+                let busy = machineBusySeconds()
                 let start = ContinuousClock.now
                 await control.start(index, deadline: start + .milliseconds(Int(length * 1000)))
                 let results = try await control.waitFinished(index)
                 let end = results.map(\.lastCompletion).max() ?? start
                 let cpuAfter = options.serverPID.flatMap(processCPUSeconds)
                 let ownAfter = ownCPUSeconds()
+                let busyAfter = machineBusySeconds()
                 let countersAfter = try await writerCounters(options, group: group)
                 let latencies = results.flatMap(\.latencies).sorted()
                 let commits = countersAfter.commits - counters.commits
                 let phase = MeasuredPhase(kind: kind, requests: latencies.count, seconds: seconds(end - start), latencies: latencies,
                                           serverCPU: cpu.flatMap { c in cpuAfter.map { $0 - c } }, loadCPU: ownAfter - own,
-                                          perCommit: commits > 0 ? (countersAfter.writes - counters.writes) / commits : nil)
-                progress(String(format: "%@ %@: %.0f/s (%d in %.1f s), p50 %.1f ms, p99 %.1f ms", warmup ? "warm-up" : "phase \(index - 1) of \(schedule.count - 2)",
+                                          perCommit: commits > 0 ? (countersAfter.writes - counters.writes) / commits : nil,
+                                          otherCores: busy.flatMap { b in busyAfter.flatMap { a in cpu.flatMap { c in cpuAfter.map { ca in
+                                              max(0, (a - b) - (ca - c) - (ownAfter - own)) / seconds(end - start) } } } })
+                progress(String(format: "%@ %@: %.0f/s (%d in %.1f s), p50 %.1f ms, p99 %.1f ms; server %.0f µs/request; other processes %@ cores",
+                                warmup ? "warm-up" : "phase \(index - 1) of \(schedule.count - 2)",
                                 kind == .updates ? "UpdateRecords" : "messages", phase.rate, phase.requests, phase.seconds,
-                                percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000))
+                                percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000,
+                                (phase.serverCPU ?? 0) / Double(max(phase.requests, 1)) * 1e6,
+                                phase.otherCores.map { String(format: "%.2f", $0) } ?? "?"))
                 if !warmup { phases.append(phase) }
             }
             return phases
@@ -424,15 +449,17 @@ func runMessageBenchmark() async throws {
         let cpu = phases.allSatisfy({ $0.serverCPU != nil }) ? String(format: "%.0f", phases.compactMap(\.serverCPU).reduce(0, +) / requests * 1e6) : "-"
         let load = String(format: "%.0f", phases.map(\.loadCPU).reduce(0, +) / requests * 1e6)
         let group = phases.compactMap(\.perCommit)
-        return String(format: "| %@ | %.0f (%@) | %.2f | %.2f | %@ | %@ | %@ |", name, median(phases.map(\.rate)),
+        let other = phases.compactMap(\.otherCores)
+        return String(format: "| %@ | %.0f (%@) | %.2f | %.2f | %@ | %@ | %@ | %@ |", name, median(phases.map(\.rate)),
                       phases.map { String(format: "%.0f", $0.rate) }.joined(separator: ", "),
                       percentile(lat, 0.5) * 1000, percentile(lat, 0.99) * 1000, cpu, load,
-                      group.isEmpty ? "-" : String(format: "%.1f", median(group)))
+                      group.isEmpty ? "-" : String(format: "%.1f", median(group)),
+                      other.isEmpty ? "-" : other.map { String(format: "%.2f", $0) }.joined(separator: ", "))
     }
     let pairs = zip(messages, updates).map { $0.rate / $1.rate }
-    print("| \(credentials.count) devices, \(options.bytes)-byte payload, durable | per s, median (each round) | p50 ms | p99 ms | server CPU µs/request | load tool CPU µs/request | callers per commit |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| \(credentials.count) devices, \(options.bytes)-byte payload, durable | per s, median (each round) | p50 ms | p99 ms | server CPU µs/request | load tool CPU µs/request | callers per commit | other processes, cores busy (each round) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     print(row("UpdateRecords, 1 record of \(options.bytes) B", updates))
     print(row("POST /messages, Data of \(options.bytes) B", messages))
-    print(String(format: "| messages ÷ UpdateRecords (goal ≥ 0.9) | %.2f (rounds: %@) | | | | | |", m / u, pairs.map { String(format: "%.2f", $0) }.joined(separator: ", ")))
+    print(String(format: "| messages ÷ UpdateRecords (goal ≥ 0.9) | %.2f (rounds: %@) | | | | | | |", m / u, pairs.map { String(format: "%.2f", $0) }.joined(separator: ", ")))
 }
