@@ -103,6 +103,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The message benchmark's footprint half: idempotency keys after 1 M messages and their purge.
+        .executableTarget(
+            name: "message-footprint",
+            dependencies: ["SyncLedger", "CLMDB"],
+            swiftSettings: swiftSettings
+        ),
         // A test helper: writes acknowledged updates until it is killed (the crash test).
         .executableTarget(
             name: "ledger-crash-writer",

@@ -16,6 +16,7 @@
 // is written as `identity syncCount commitMillis` (the server's commit time from the answer), so
 // a push stand-in's receive times can be matched to commits (tools/push-bench). With
 // --interval-ms, each identity waits that long after each update (a paced load, not a flat-out one).
+// With --messages, device messages against UpdateRecords of the same size (MessageBench.swift).
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -212,6 +213,10 @@ func run(_ name: String, identities: Int, seconds: Double, options: Options, sig
     return Phase(name: name, identities: identities, updates: latencies.count, seconds: wall, p50: pct(0.5), p99: pct(0.99))
 }
 
+if CommandLine.arguments.contains("--messages") {
+    try await runMessageBenchmark()
+    exit(0)
+}
 let options = Options(CommandLine.arguments)
 let environment = ProcessInfo.processInfo.environment
 guard let key = environment["SYNCLEDGER_ACCESS_KEY_ID"], let secret = environment["SYNCLEDGER_SECRET_ACCESS_KEY"] else {
