@@ -46,6 +46,23 @@ import SyncLedgerTestSupport
         #expect(try ledger.verify().isValid)
     }
 
+    @Test func theStoredFormIsJSONEncodersWhicheverWayItIsWritten() {
+        let samples = [
+            message("m-1", ["a": "1", "B": "2", "_": "", "z9": "x y"]),
+            message("uuid-0b7f", ttl: 0, sentAt: Timestamp(milliseconds: -5), ["k": String(repeating: "v", count: 300)]),
+            message("m", sentAt: Timestamp(milliseconds: 1_800_000_000_123), [:]),
+            message("slash/id", ["k": "v"]), message("q\"uote", ["k": "v"]), message("m", ["é": "ü"]), message("m", ["k": "back\\slash"]),
+            message("m", ["k": "tab\t"]),
+        ]
+        for m in samples {
+            #expect(m.canonical == Ledger.json(m))
+            if let fast = m.fastCanonical() { #expect(fast == Ledger.json(m)) }
+        }
+        #expect(samples.prefix(3).allSatisfy { $0.fastCanonical() != nil })
+        #expect(samples.dropFirst(3).allSatisfy { $0.fastCanonical() == nil }, "strings JSONEncoder escapes take its own path")
+        #expect(Ledger.hasControlCharacter("a\u{85}b") && Ledger.hasControlCharacter("\u{7f}") && !Ledger.hasControlCharacter("é✓"))
+    }
+
     @Test func badMessagesAndForeignDevicesWriteNothing() async throws {
         try await withLedger { ledger in
             let code = try await device(ledger, alice)
@@ -65,6 +82,13 @@ import SyncLedgerTestSupport
             let late = Timestamp(milliseconds: Timestamp.now.milliseconds - 3_600_000)
             await expectLedgerError(.expired) { _ = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m", ttl: 60, sentAt: late)) }
             #expect(try ledger.lastSequence == before)
+            // Bob may send from it while he is logged in on it, not after his logout (the
+            // answer to "who may send" follows the device's record at once).
+            try await ledger.login(pool: pool, identity: bob, code: code, subscribeAll: nil)
+            _ = try await ledger.postMessage(pool: pool, identity: bob, deviceCode: code, message: message("b1"))
+            try await ledger.logout(pool: pool, caller: .identity(bob), code: code)
+            await expectLedgerError(.notFound) { _ = try await ledger.postMessage(pool: pool, identity: bob, deviceCode: code, message: message("b2")) }
+            _ = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("a1"))
             // A user's write cannot reach the message stream, nor name it.
             await expectLedgerError(.invalidParameter) { _ = try await ledger.put(Ledger.messageStream(pool: pool, identity: alice), ["k": "v"]) }
             #expect(throws: LedgerError.self) { try DatasetName("_syncledger.messages") }

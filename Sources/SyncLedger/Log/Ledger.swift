@@ -103,6 +103,8 @@ public final class Ledger: Sendable {
     let pendingSessions = PendingSessions()
     /// zstd dictionaries read so far, by id.
     let dictionaries = DictionaryCache()
+    /// Who may send from which device, kept per device record version (see `postMessage`).
+    let deviceReach = DeviceReachCache()
 
     /// The data directory.
     public var directory: String { environment.path }
@@ -287,7 +289,8 @@ public final class Ledger: Sendable {
         _ txn: Transaction, to stream: StreamName, author: String, device: String? = nil, events fixedEvents: [Event],
         check: (StoredDatasetView) throws -> Void = { _ in },
         validate: (StoredDatasetView) throws -> Void = { _ in },
-        events decide: (() -> [Event])? = nil
+        events decide: (() -> [Event])? = nil,
+        message: KnownMessage? = nil
     ) throws -> (entry: LogEntry, view: StoredDatasetView) {
         let existing = try head(txn, stream)
         let id = try existing?.id ?? nextStreamID(txn)
@@ -305,7 +308,7 @@ public final class Ledger: Sendable {
         try apply(entry, to: &view)
         try validate(view)
 
-        try store(txn, entry, body: body, streamID: id, newStream: existing == nil, view: view)
+        try store(txn, entry, body: body, streamID: id, newStream: existing == nil, view: view, message: message)
         return (entry, view)
     }
 
@@ -322,15 +325,15 @@ public final class Ledger: Sendable {
     /// Writes an entry whose view changes `view` holds: the log (an append), the index, the
     /// stream head (and name, for a new stream) and the views. Every append goes through here,
     /// or — a merge writing several entries of a stream — through its two halves.
-    func store(_ txn: Transaction, _ entry: LogEntry, body: [UInt8], streamID id: UInt64, newStream: Bool, view: StoredDatasetView) throws {
-        try storeLog(txn, entry, body: body[...], streamID: id)
+    func store(_ txn: Transaction, _ entry: LogEntry, body: [UInt8], streamID id: UInt64, newStream: Bool, view: StoredDatasetView, message: KnownMessage? = nil) throws {
+        try storeLog(txn, entry, body: body[...], streamID: id, message: message)
         try storeHead(txn, entry, streamID: id, newStream: newStream, view: view)
     }
 
     /// The log append and the index entry of `entry`.
-    func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64) throws {
+    func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64, message: KnownMessage? = nil) throws {
         var buffers = AppendBuffers()
-        try storeLog(txn, entry, body: body, streamID: id, buffers: &buffers)
+        try storeLog(txn, entry, body: body, streamID: id, buffers: &buffers, message: message)
     }
 
     /// Keys and values of log appends, kept across the appends of one merge so that writing an
@@ -342,7 +345,8 @@ public final class Ledger: Sendable {
     }
 
     /// ``storeLog(_:_:body:streamID:)`` through reused buffers.
-    func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64, buffers: inout AppendBuffers) throws {
+    func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64, buffers: inout AppendBuffers,
+                  message: KnownMessage? = nil) throws {
         buffers.sequence.bytes.removeAll(keepingCapacity: true)
         buffers.sequence.fixed64(entry.sequence)
         buffers.value.bytes.removeAll(keepingCapacity: true)
@@ -354,7 +358,7 @@ public final class Ledger: Sendable {
         buffers.index.fixed64(entry.offset)
         try txn.put(schema.log, key: buffers.sequence.bytes, value: buffers.value.bytes, flags: .append)
         try txn.put(schema.index, key: buffers.index.bytes, value: buffers.sequence.bytes)
-        if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id) }
+        if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id, known: message) }
     }
 
     /// The stream head after `entry` (its last stored entry), the name of a new stream, and the

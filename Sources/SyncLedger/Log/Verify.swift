@@ -263,7 +263,7 @@ extension Ledger {
                 var view = try StoredDatasetView(txn: txn, schema: schema, stream: entry.stream, streamID: id)
                 try apply(entry, to: &view)
                 try view.flush()
-                if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id) }
+                if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id, known: nil) }
             }
             guard batch.count == Self.scanBatch, let last = batch.last else { return }
             sequence = last.0.sequence

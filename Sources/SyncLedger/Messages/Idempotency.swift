@@ -88,12 +88,13 @@ extension Ledger {
     }
 
     /// Removes the idempotency keys of messages and UpdateRecords calls older than
-    /// `retention` (at least ``minimumIdempotencyRetention``), a batch per transaction. A
+    /// `retention` (at least ``minimumIdempotencyRetention``), a batch per transaction (1,000:
+    /// a purge never holds the writer long, and frees pages a few at a time for reuse). A
     /// message's entry stays in the log; only its key and its place for consumers go (it has
     /// expired by then).
     /// - Throws: `.invalidParameter` for a retention under four weeks.
     @discardableResult
-    public func purgeIdempotencyKeys(retention: Duration = Ledger.minimumIdempotencyRetention, batch: Int = 10_000) async throws -> IdempotencyPurge {
+    public func purgeIdempotencyKeys(retention: Duration = Ledger.minimumIdempotencyRetention, batch: Int = 1000) async throws -> IdempotencyPurge {
         guard retention >= Self.minimumIdempotencyRetention else {
             throw LedgerError(.invalidParameter, "idempotency keys are kept at least 28 days, not \(retention)")
         }

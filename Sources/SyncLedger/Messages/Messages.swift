@@ -39,8 +39,50 @@ public struct DeviceMessage: Sendable, Hashable, Codable {
         return Timestamp(milliseconds: sent.milliseconds &+ timeToLive * 1000)
     }
 
-    /// The stored form: JSON with sorted keys, the same bytes for the same message.
-    var canonical: String { Ledger.json(self) }
+    /// The stored form: JSON with sorted keys, the same bytes for the same message —
+    /// JSONEncoder's (`Ledger.json`), written directly when no string needs escaping.
+    var canonical: String { fastCanonical() ?? Ledger.json(self) }
+
+    /// JSONEncoder's bytes with sorted keys, when every string is printable ASCII without `"`,
+    /// `\` or `/` (which it escapes); nil otherwise. A test holds the two to the same bytes.
+    func fastCanonical() -> String? {
+        func plain(_ s: String) -> Bool { s.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7f && $0 != 0x22 && $0 != 0x5c && $0 != 0x2f } }
+        guard plain(messageId), data.allSatisfy({ plain($0.key) && plain($0.value) }) else { return nil }
+        var out = "{\"Data\":{"
+        for (i, (key, value)) in data.sorted(by: { $0.key < $1.key }).enumerated() {
+            if i > 0 { out += "," }
+            out += "\"" + key + "\":\"" + value + "\""
+        }
+        out += "},\"MessageId\":\"" + messageId + "\""
+        if let sentAt { out += ",\"SentAt\":" + String(sentAt.milliseconds) }
+        out += ",\"TimeToLive\":" + String(timeToLive) + "}"
+        return out
+    }
+}
+
+/// A message `postMessage` is appending, already parsed and hashed, so that indexing it on the
+/// writer thread parses nothing (a merge or a rebuild passes none and parses the entry).
+struct KnownMessage: Sendable {
+    let value: String
+    let message: DeviceMessage
+    let hash: [UInt8]
+    let key: [UInt8]
+}
+
+/// Who may send from a device, by pool and device code, with the version (the record's sync
+/// count) it was read at: a message decodes the device's JSON only when its record changed.
+final class DeviceReachCache: Sendable {
+    struct Reach { let version: UInt64; let owner: String?; let identity: String? }
+    private let entries = Mutex<[String: Reach]>([:])
+
+    func get(_ key: String) -> Reach? { entries.withLock { $0[key] } }
+
+    func set(_ key: String, _ reach: Reach) {
+        entries.withLock { cache in
+            if cache.count >= 100_000 { cache.removeAll() }
+            cache[key] = reach
+        }
+    }
 }
 
 /// What `POST /messages` answers: the message id and the commit sequence of its entry.
@@ -92,13 +134,41 @@ extension Ledger {
         StreamName(pool: pool, identity: identity, dataset: .messages)
     }
 
-    /// The idempotency key of a message: pool␀identity␀device␀message id.
+    /// The idempotency key of a message: the first 16 bytes of SHA-256(pool␀identity␀device␀
+    /// message id). Small keys keep the tree shallow and its pages few (a collision needs some
+    /// 2^64 keys).
     static func messageKey(pool: IdentityPoolID, identity: IdentityID, device: String, messageId: String) -> [UInt8] {
         var key = StreamName.prefix(pool: pool, identity: identity)
         key.append(contentsOf: device.utf8)
         key.append(0)
         key.append(contentsOf: messageId.utf8)
-        return key
+        return Array(SHA256.hash(data: key).prefix(16))
+    }
+
+    /// Whether the message id has a control character (C0, DEL or C1), read from its bytes.
+    static func hasControlCharacter(_ s: String) -> Bool {
+        var previous: UInt8 = 0
+        for b in s.utf8 {
+            if b < 0x20 || b == 0x7f || (previous == 0xc2 && (0x80...0x9f).contains(b)) { return true }
+            previous = b
+        }
+        return false
+    }
+
+    /// Whether `identity` may send from device `code`: it created it or is logged in on it.
+    /// The device's JSON is decoded only when its record changed since the last look.
+    func deviceReachable(_ txn: Transaction, pool: IdentityPoolID, code: String, identity: IdentityID) throws -> Bool {
+        let stream = Self.devicesStream(pool)
+        guard let head = try head(txn, stream) else { return false }
+        let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: head.id)
+        guard let record = try view.storedRecord("device/\(code)"), let text = record.value else { return false }
+        let cacheKey = pool.rawValue + "\u{0}" + code
+        if let hit = deviceReach.get(cacheKey), hit.version == record.syncCount {
+            return hit.owner == identity.rawValue || hit.identity == identity.rawValue
+        }
+        let device = try Self.decode(Device.self, text, stream: stream)
+        deviceReach.set(cacheKey, .init(version: record.syncCount, owner: device.owner, identity: device.identity))
+        return device.isReachable(by: identity.rawValue)
     }
 
     /// Checks a message: the id is 1-256 bytes without control characters, the time to live
@@ -107,7 +177,7 @@ extension Ledger {
     /// - Throws: `.invalidParameter` or `.limitExceeded` naming the field.
     public func validateMessage(_ message: DeviceMessage) throws(LedgerError) {
         let id = message.messageId
-        guard (1...256).contains(id.utf8.count), !id.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+        guard (1...256).contains(id.utf8.count), !Self.hasControlCharacter(id) else {
             throw LedgerError(.invalidParameter, "MessageId must be 1-256 bytes without control characters, not \(quoted(id))")
         }
         guard (0...DeviceMessage.maxTimeToLive).contains(message.timeToLive) else {
@@ -146,10 +216,12 @@ extension Ledger {
         let key = Self.messageKey(pool: pool, identity: identity, device: deviceCode, messageId: message.messageId)
         let value = message.canonical
         let hash = Array(SHA256.hash(data: Array(value.utf8)))
-        if let ack = try read({ txn in try storedAck(txn, key: key, hash: hash, messageId: message.messageId) }) { return ack }
-        guard let device = try device(pool: pool, id: deviceCode), device.isReachable(by: identity.rawValue) else {
-            throw Self.unknownDevice(deviceCode, pool: pool)
+        let (stored, reachable) = try read { txn -> (MessageAck?, Bool) in
+            if let ack = try storedAck(txn, key: key, hash: hash, messageId: message.messageId) { return (ack, true) }
+            return (nil, try deviceReachable(txn, pool: pool, code: deviceCode, identity: identity))
         }
+        if let stored { return stored }
+        guard reachable else { throw Self.unknownDevice(deviceCode, pool: pool) }
         let now = options.clock()
         let expires = message.expires(received: now)
         guard expires >= now else {
@@ -158,8 +230,9 @@ extension Ledger {
         let stream = Self.messageStream(pool: pool, identity: identity)
         return try await write { [self] txn in
             if let ack = try self.storedAck(txn, key: key, hash: hash, messageId: message.messageId) { return ack }
+            let known = KnownMessage(value: value, message: message, hash: hash, key: key)
             let (entry, _) = try self.append(txn, to: stream, author: identity.rawValue, device: deviceCode,
-                                             events: [.put(key: "message", value: value, deviceModified: message.sentAt)])
+                                             events: [.put(key: "message", value: value, deviceModified: message.sentAt)], message: known)
             return MessageAck(messageId: message.messageId, sequence: entry.sequence, replayed: false)
         }
     }
@@ -178,14 +251,22 @@ extension Ledger {
     /// path appended it: a device's POST, a merge or replication, a rebuild of the views. An
     /// entry that is not a message as this version writes them is left unindexed; a key seen
     /// before keeps its first entry.
-    func indexMessage(_ txn: Transaction, _ entry: LogEntry, streamID: UInt64) throws {
-        guard entry.events.count == 1, case .put("message", let value, _) = entry.events[0],
-              let message = try? JSONDecoder().decode(DeviceMessage.self, from: Data(value.utf8)) else { return }
-        let key = Self.messageKey(pool: entry.stream.pool, identity: entry.stream.identity, device: entry.device ?? "", messageId: message.messageId)
-        guard try txn.get(schema.messageIDs, key: key) == nil else { return }
+    func indexMessage(_ txn: Transaction, _ entry: LogEntry, streamID: UInt64, known: KnownMessage?) throws {
+        guard entry.events.count == 1, case .put("message", let value, _) = entry.events[0] else { return }
+        let message: DeviceMessage, key: [UInt8], hash: [UInt8]
+        if let known, known.value == value {
+            // postMessage parsed and hashed it, and found no key in this transaction.
+            (message, key, hash) = (known.message, known.key, known.hash)
+        } else {
+            guard let decoded = try? JSONDecoder().decode(DeviceMessage.self, from: Data(value.utf8)) else { return }
+            message = decoded
+            key = Self.messageKey(pool: entry.stream.pool, identity: entry.stream.identity, device: entry.device ?? "", messageId: message.messageId)
+            guard try txn.get(schema.messageIDs, key: key) == nil else { return }
+            hash = Array(SHA256.hash(data: Array(value.utf8)))
+        }
         var ack = ByteWriter(capacity: 40)
         ack.fixed64(entry.sequence)
-        ack.raw(SHA256.hash(data: Array(value.utf8)))
+        ack.raw(hash)
         try txn.put(schema.messageIDs, key: key, value: ack.bytes)
         let row = MessageIndexRow(received: entry.time, expires: message.expires(received: entry.time), streamID: streamID, key: key)
         try txn.put(schema.messageIndex, key: .bigEndian(entry.sequence), value: row.encoded())
