@@ -106,7 +106,7 @@ let package = Package(
         // The message benchmark's footprint half: idempotency keys after 1 M messages and their purge.
         .executableTarget(
             name: "message-footprint",
-            dependencies: ["SyncLedger", "CLMDB"],
+            dependencies: ["SyncLedger", "LedgerStorage"],
             swiftSettings: swiftSettings
         ),
         // A test helper: writes acknowledged updates until it is killed (the crash test).

@@ -22,7 +22,7 @@
 // Without --durable the ledger skips fsync (LedgerOptions.durable = false): the bytes are the
 // same and the tool takes a minute rather than an hour; with it, every group commit syncs.
 import Foundation
-import CLMDB
+import LedgerStorage
 import SyncLedger
 import Synchronization
 
@@ -89,75 +89,11 @@ func residentMemory() -> (rss: Int, anon: Int, file: Int, peak: Int) {
     return (values["VmRSS"] ?? 0, values["RssAnon"] ?? 0, values["RssFile"] ?? 0, values["VmHWM"] ?? 0)
 }
 
-/// What LMDB itself says of the file: page size, pages per named database, the freelist.
-struct FileStatistics {
-    var pageSize = 0
-    var fileBytes = 0
-    /// Last page used + 1.
-    var highWater = 0
-    /// Pages of free pages' lists, and the free pages they list.
-    var freelistPages = 0
-    var freePages = 0
-    /// The main (catalog) B-tree's pages.
-    var mainPages = 0
-    var databases: [String: (entries: Int, pages: Int)] = [:]
-    var databasePages: Int { databases.values.map(\.pages).reduce(0, +) }
-}
+/// What LMDB itself says of the file (read by LedgerStorage, which owns every C call).
+typealias FileStatistics = EnvironmentStatistics
 
-/// Reads the statistics of the environment in `directory` with LMDB directly, read-only (the
-/// ledger must be closed: one process opens an environment once).
 func fileStatistics(_ directory: String) -> FileStatistics {
-    var s = FileStatistics()
-    var env: OpaquePointer?
-    func check(_ rc: Int32, _ what: String) {
-        if rc != 0 { fail("LMDB \(what): \(String(cString: mdb_strerror(rc)))") }
-    }
-    check(mdb_env_create(&env), "env_create")
-    defer { mdb_env_close(env) }
-    check(mdb_env_set_maxdbs(env, 64), "set_maxdbs")
-    var info = MDB_envinfo()
-    check(mdb_env_open(env, directory, UInt32(MDB_RDONLY), 0o600), "env_open")
-    mdb_env_info(env, &info)
-    var txn: OpaquePointer?
-    check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn), "txn_begin")
-    defer { mdb_txn_abort(txn) }
-    func stat(_ dbi: MDB_dbi) -> MDB_stat {
-        var st = MDB_stat()
-        check(mdb_stat(txn, dbi, &st), "stat")
-        return st
-    }
-    let freeStat = stat(0), mainStat = stat(1)
-    s.pageSize = Int(mainStat.ms_psize)
-    s.highWater = info.me_last_pgno + 1
-    s.freelistPages = freeStat.ms_branch_pages + freeStat.ms_leaf_pages + freeStat.ms_overflow_pages
-    s.mainPages = mainStat.ms_branch_pages + mainStat.ms_leaf_pages + mainStat.ms_overflow_pages
-    // The freelist: each record's value is a list of page numbers, its first word their count.
-    var cursor: OpaquePointer?
-    check(mdb_cursor_open(txn, 0, &cursor), "cursor_open(free)")
-    var key = MDB_val(), value = MDB_val()
-    var rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
-    while rc == 0 {
-        s.freePages += value.mv_data.load(as: Int.self)
-        rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
-    }
-    mdb_cursor_close(cursor)
-    // The named databases: the main database's keys.
-    var names: [String] = []
-    check(mdb_cursor_open(txn, 1, &cursor), "cursor_open(main)")
-    rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
-    while rc == 0 {
-        names.append(String(decoding: UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size), as: UTF8.self))
-        rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
-    }
-    mdb_cursor_close(cursor)
-    for name in names {
-        var dbi: MDB_dbi = 0
-        guard mdb_dbi_open(txn, name, 0, &dbi) == 0 else { continue }
-        let st = stat(dbi)
-        s.databases[name] = (st.ms_entries, st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages)
-    }
-    s.fileBytes = (try? FileManager.default.attributesOfItem(atPath: directory + "/data.mdb")[.size] as? Int) ?? 0
-    return s
+    do { return try EnvironmentStatistics.read(directory: directory) } catch { fail("\(error)") }
 }
 
 /// One look at the ledger.
