@@ -108,7 +108,7 @@ struct Authenticator: Sendable {
         guard signedHeaders.contains("host"), signedHeaders.contains("x-amz-date") else {
             throw WireError.notAuthorized("SignedHeaders must include host and x-amz-date")
         }
-        let credential = try lookup(accessKeyID)
+        let credential = try lookup(accessKeyID, sessionToken: request.header("x-amz-security-token"))
         let actualHash = SigV4.sha256Hex(request.body)
         if let claimed = request.header("x-amz-content-sha256"), claimed != actualHash {
             throw WireError.notAuthorized("x-amz-content-sha256 does not match the body")
@@ -140,7 +140,7 @@ struct Authenticator: Sendable {
         try checkTime(amzDate: amzDate, day: day, expires: expires)
         let signedHeaders = try param("X-Amz-SignedHeaders").split(separator: ";").map { $0.lowercased() }
         guard signedHeaders.contains("host") else { throw WireError.notAuthorized("X-Amz-SignedHeaders must include host") }
-        let credential = try lookup(accessKeyID)
+        let credential = try lookup(accessKeyID, sessionToken: queryPairs.first { $0.0 == "X-Amz-Security-Token" }?.1)
         let signature = try param("X-Amz-Signature")
         let unsignedQuery = queryPairs.filter { $0.0 != "X-Amz-Signature" }
         // An unsigned payload is for reads only: a presigned URL that leaks must not let anyone
@@ -181,10 +181,15 @@ struct Authenticator: Sendable {
     /// The credential with this access key id — or, for a key this server does not accept, a
     /// stand-in with a random secret, so that checking the signature costs the same and fails
     /// with the same answer as a wrong secret.
-    private func lookup(_ accessKeyID: String) throws -> Credential {
+    private func lookup(_ accessKeyID: String, sessionToken: String?) throws -> Credential {
         if let configuredAdmin, accessKeyID == configuredAdmin.accessKeyID { return configuredAdmin }
-        let found: Credential?
-        do { found = try ledger.secrets.credential(accessKeyID: accessKeyID) } catch {
+        var found: Credential?
+        do {
+            found = try ledger.secrets.credential(accessKeyID: accessKeyID)
+            // Temporary credentials of Cognito Identity are not stored: the session token
+            // carries them under the server's key (Ledger.temporaryCredential).
+            if found == nil { found = try ledger.temporaryCredential(accessKeyID: accessKeyID, sessionToken: sessionToken) }
+        } catch {
             throw WireError.internalError("could not read credentials: \(error)")
         }
         // While the operator's admin credential is set, a stored (generated) admin one is not.
@@ -208,7 +213,8 @@ struct Authenticator: Sendable {
     /// Checks the signature; returns the signing key it verified with.
     private func checkSignature(_ signature: String, credential: Credential, amzDate: String, day: String, region: String, canonical: String) throws -> [UInt8] {
         let scope = "\(day)/\(region)/\(service)/aws4_request"
-        let key = signingKeys.key(accessKeyID: credential.accessKeyID, secret: credential.secretAccessKey, date: day, region: region)
+        // Cached by region and service: the same key signs for cognito-sync and cognito-identity.
+        let key = signingKeys.key(accessKeyID: credential.accessKeyID, secret: credential.secretAccessKey, date: day, region: "\(region)/\(service)")
             ?? SigV4.signingKey(secret: credential.secretAccessKey, date: day, region: region, service: service)
         let expected = SigV4.signature(signingKey: key, stringToSign: SigV4.stringToSign(amzDate: amzDate, scope: scope, canonicalRequest: canonical))
         guard constantTimeEqual(expected, signature.lowercased()) else { throw Self.signatureMismatch }
@@ -221,7 +227,7 @@ struct Authenticator: Sendable {
         guard !credential.isExpired(at: Timestamp(now())) else {
             throw WireError.notAuthorized("the credential \(credential.accessKeyID) expired at \(credential.expires!); get a new one")
         }
-        signingKeys.remember(key, accessKeyID: credential.accessKeyID, secret: credential.secretAccessKey, date: day, region: region)
+        signingKeys.remember(key, accessKeyID: credential.accessKeyID, secret: credential.secretAccessKey, date: day, region: "\(region)/\(service)")
         return credential
     }
 }

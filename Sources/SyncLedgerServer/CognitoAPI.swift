@@ -85,6 +85,12 @@ struct CognitoAPI: Sendable {
             (operation, identity) = (name, who)
             return response
         }
+        if segments.isEmpty, request.method == "POST", let target = request.header("x-amz-target"), target.hasPrefix(Self.identityTargetPrefix) {
+            if let leader = followedLeader, !["DescribeIdentityPool", "ListIdentityPools", "DescribeIdentity", "ListIdentities"].contains(String(target.dropFirst(Self.identityTargetPrefix.count))) {
+                throw WireError.notAuthorized("this server is a read-only follower of \(leader); send Cognito Identity calls to the leader")
+            }
+            return await handleIdentity(request, target: target, query: query, operation: &operation)
+        }
         if segments.first == "devices" || segments.first == "messages" {
             operation = Self.registryOperation(method: request.method, segments: segments)
             let credential = try authenticator.authenticate(request, queryPairs: query)

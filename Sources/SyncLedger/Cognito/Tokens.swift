@@ -12,6 +12,9 @@ enum SignedToken {
         case recordsPage = 2
         case datasetsPage = 3
         case poolsPage = 4
+        case identityCredential = 5
+        case identitySecret = 6
+        case identitiesPage = 7
     }
 
     static func sign(_ payload: [UInt8], kind: Kind, key: SymmetricKey) -> String {

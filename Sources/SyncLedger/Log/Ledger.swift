@@ -44,6 +44,9 @@ public struct Limits: Sendable, Equatable {
     /// UTF-8 bytes of keys and values in one device-to-server message (default 4,096, what an
     /// FCM upstream message carried).
     public var maxMessageBytes: Int = 4096
+    /// Identities one Cognito Identity pool may have (default 1,000,000): GetId needs no
+    /// signature, so this bounds what unauthenticated callers can make a pool store.
+    public var maxIdentitiesPerPool: Int = 1_000_000
     /// Dataset names one identity may use over its life, deleted datasets included (default
     /// 1,000): bounds what creating and deleting datasets can pile up.
     public var maxDatasetNamesPerIdentity: Int = 1000

@@ -7,7 +7,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case invalidParameter, notFound, conflict, limitExceeded, invalidSessionToken
             case corruptData, unsupportedFormat, diskFull, storage, closed, duplicateRequest, alreadyStreamed, wrongLedger
-            case idempotencyConflict, expired
+            case idempotencyConflict, expired, notAuthorized
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -42,6 +42,9 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public static let idempotencyConflict = Code(.idempotencyConflict)
         /// A message's time to live had passed when it arrived: nothing was stored.
         public static let expired = Code(.expired)
+        /// The caller may not have what it asked for (an identity pool that refuses
+        /// unauthenticated identities, an authenticated identity asked for without its logins).
+        public static let notAuthorized = Code(.notAuthorized)
 
         public var description: String { base.rawValue }
     }
@@ -85,7 +88,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     /// each job isolated in a nested transaction.
     public var isCleanRefusal: Bool {
         switch code {
-        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat, .idempotencyConflict, .expired: true
+        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat, .idempotencyConflict, .expired, .notAuthorized: true
         default: false
         }
     }

@@ -1,0 +1,175 @@
+import Foundation
+import Crypto
+import LedgerStorage
+import Synchronization
+
+/// A Cognito Identity identity of a pool: records `identity/<id>` of the pool's `identities`
+/// system stream, so each one's creation and deletion is a log entry.
+public struct IdentityRecord: Sendable, Hashable, Codable {
+    /// The identity id, `<region>:<uuid>`.
+    public var id: String
+    /// The login providers linked to it (none for an unauthenticated identity).
+    public var logins: [String]
+    /// When it was created.
+    public var created: Timestamp
+    /// When it last changed.
+    public var modified: Timestamp
+}
+
+/// Temporary credentials for one identity (GetCredentialsForIdentity).
+public struct IdentityCredentials: Sendable, Hashable {
+    /// `ASIA…`.
+    public let accessKeyID: String
+    /// The secret key.
+    public let secretKey: String
+    /// The session token requests must carry.
+    public let sessionToken: String
+    /// When they stop working.
+    public let expiration: Timestamp
+}
+
+extension Ledger {
+    static func identitiesStream(_ pool: IdentityPoolID) -> StreamName { systemStream(pool, "identities") }
+
+    /// The installation-wide index identity id → pool (an identity id alone names no pool):
+    /// records of the stream `_syncledger:0/_syncledger:0/identity-index`.
+    static let identityIndexStream = StreamName(pool: try! IdentityPoolID("_syncledger:0"), identity: systemIdentity,
+                                                dataset: try! DatasetName("identity-index"))
+
+    /// The pool of identity `id`, nil when it is unknown (or deleted).
+    public func poolOfIdentity(_ id: String) throws -> IdentityPoolID? {
+        try recordValue(Self.identityIndexStream, key: id).map { try IdentityPoolID($0) }
+    }
+
+    /// The identity pool `id`, or `.notFound`.
+    func requireIdentityPool(_ id: IdentityPoolID) throws -> IdentityPoolDefinition {
+        guard let pool = try identityPool(id) else { throw LedgerError(.notFound, "identity pool \(id) does not exist") }
+        return pool
+    }
+
+    /// GetId without logins: a new unauthenticated identity of the pool.
+    /// - Throws: `.notFound` for an unknown pool; `.notAuthorized` when the pool does not allow
+    ///   unauthenticated identities; `.limitExceeded` past ``Limits/maxIdentitiesPerPool``.
+    public func newUnauthenticatedIdentity(pool: IdentityPoolID) async throws -> IdentityRecord {
+        let definition = try requireIdentityPool(pool)
+        guard definition.allowUnauthenticatedIdentities else {
+            throw LedgerError(.notAuthorized, "identity pool \(pool) does not allow unauthenticated identities")
+        }
+        let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"
+        let now = options.clock()
+        let record = IdentityRecord(id: "\(region):\(UUID().uuidString.lowercased())", logins: [], created: now, modified: now)
+        _ = try IdentityID(record.id)
+        let limit = options.limits.maxIdentitiesPerPool
+        let stream = Self.identitiesStream(pool)
+        try await write { [self] txn in
+            // The identity and its index entry in one transaction.
+            _ = try self.append(txn, to: stream, author: "cognito-identity", events: [.put(key: "identity/\(record.id)", value: Self.json(record), deviceModified: nil)],
+                                check: { view in
+                let count = view.dataset?.recordCount ?? 0
+                guard count < UInt64(limit) else {
+                    throw LedgerError(.limitExceeded, "identity pool \(pool) has \(count) identities; the limit is \(limit)")
+                }
+            })
+            _ = try self.append(txn, to: Self.identityIndexStream, author: "cognito-identity", events: [.put(key: record.id, value: pool.rawValue, deviceModified: nil)])
+        }
+        return record
+    }
+
+    /// The identity `id` of `pool`, nil when there is none (or it was deleted).
+    public func identity(pool: IdentityPoolID, id: String) throws -> IdentityRecord? {
+        let stream = Self.identitiesStream(pool)
+        return try recordValue(stream, key: "identity/\(id)").map { try Self.decode(IdentityRecord.self, $0, stream: stream) }
+    }
+
+    /// The identities of `pool` after `nextToken`, at most `maxResults` (1-60).
+    public func identities(pool: IdentityPoolID, maxResults: Int, nextToken: String?) throws -> (identities: [IdentityRecord], nextToken: String?) {
+        _ = try requireIdentityPool(pool)
+        var after = ""
+        if let nextToken {
+            guard let payload = SignedToken.open(nextToken, kind: .identitiesPage, key: tokenKey) else {
+                throw LedgerError(.invalidParameter, "NextToken is not one this server issued")
+            }
+            let text = String(decoding: payload, as: UTF8.self)
+            guard text.hasPrefix(pool.rawValue + "\u{0}") else { throw LedgerError(.invalidParameter, "NextToken belongs to another identity pool") }
+            after = String(text.dropFirst(pool.rawValue.utf8.count + 1))
+        }
+        let stream = Self.identitiesStream(pool)
+        let all = try records(stream, prefix: "identity/").filter { $0.0 > "identity/\(after)" || after.isEmpty }
+        let page = try all.prefix(maxResults).map { try Self.decode(IdentityRecord.self, $0.1, stream: stream) }
+        let next = all.count > maxResults ? page.last.map { SignedToken.sign(Array("\(pool)\u{0}\($0.id)".utf8), kind: .identitiesPage, key: tokenKey) } : nil
+        return (page, next)
+    }
+
+    /// Deletes identities (DeleteIdentities): their temporary credentials stop working at
+    /// once; their datasets and history stay in the log.
+    /// - Returns: the ids that were not found.
+    public func deleteIdentities(pool: IdentityPoolID, ids: [String], caller: String) async throws -> [String] {
+        let stream = Self.identitiesStream(pool)
+        return try await write { [self] txn in
+            let view = try StoredDatasetView(txn: txn, schema: self.schema, stream: stream, streamID: try self.head(txn, stream)?.id ?? 0)
+            var removed: [String] = []
+            var gone: [String] = []
+            for id in Set(ids).sorted() {
+                if try view.record("identity/\(id)")?.value != nil { removed.append(id) } else { gone.append(id) }
+            }
+            guard !removed.isEmpty else { return gone }
+            _ = try self.append(txn, to: stream, author: caller, events: removed.map { .remove(key: "identity/\($0)", deviceModified: nil) })
+            _ = try self.append(txn, to: Self.identityIndexStream, author: caller, events: removed.map { .remove(key: $0, deviceModified: nil) })
+            return gone
+        }
+    }
+
+    // MARK: Temporary credentials
+
+    /// Temporary credentials for an unauthenticated identity (GetCredentialsForIdentity
+    /// without logins), valid for `lifetime`.
+    ///
+    /// Nothing is stored: the session token carries the access key id, pool, identity and
+    /// expiry under the server's HMAC key, and the secret is an HMAC of the token. So a caller
+    /// who needs no signature costs the server no write and no storage.
+    /// - Throws: `.notFound` for an unknown pool or identity; `.notAuthorized` for an identity
+    ///   with logins (they need their logins) or a pool that no longer allows unauthenticated
+    ///   identities.
+    public func credentialsForIdentity(pool: IdentityPoolID, id: String, lifetime: Duration = Credential.defaultTemporaryLifetime) throws -> IdentityCredentials {
+        let definition = try requireIdentityPool(pool)
+        guard let record = try identity(pool: pool, id: id) else {
+            throw LedgerError(.notFound, "identity \(id) does not exist in identity pool \(pool)")
+        }
+        guard record.logins.isEmpty else { throw LedgerError(.notAuthorized, "identity \(id) is authenticated: send its Logins") }
+        guard definition.allowUnauthenticatedIdentities else {
+            throw LedgerError(.notAuthorized, "identity pool \(pool) does not allow unauthenticated access")
+        }
+        let expiration = options.clock().adding(lifetime)
+        let upper = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+        var rng = SystemRandomNumberGenerator()
+        let accessKeyID = "ASIA" + String((0..<16).map { _ in upper.randomElement(using: &rng)! })
+        var payload = ByteWriter(capacity: 96)
+        payload.byte(1)
+        payload.string(accessKeyID)
+        payload.signed(expiration.milliseconds)
+        payload.string(pool.rawValue)
+        payload.string(id)
+        let token = SignedToken.sign(payload.bytes, kind: .identityCredential, key: tokenKey)
+        return IdentityCredentials(accessKeyID: accessKeyID, secretKey: identitySecret(token: token), sessionToken: token, expiration: expiration)
+    }
+
+    /// The secret of a temporary credential: an HMAC of its session token.
+    private func identitySecret(token: String) -> String {
+        String(SignedToken.sign(Array(token.utf8), kind: .identitySecret, key: tokenKey).split(separator: ".").last ?? "")
+    }
+
+    /// The credential behind a temporary access key and its session token, when this server
+    /// issued them, they have not expired, and the identity still exists; nil otherwise.
+    public func temporaryCredential(accessKeyID: String, sessionToken: String?) throws -> Credential? {
+        guard accessKeyID.hasPrefix("ASIA"), let sessionToken, sessionToken.utf8.count <= 2048,
+              let payload = SignedToken.open(sessionToken, kind: .identityCredential, key: tokenKey) else { return nil }
+        var r = ByteReader(payload[...])
+        guard let version = try? r.byte(), version == 1, let key = try? r.string(), key == accessKeyID,
+              let expires = try? r.signed(), let poolText = try? r.string(), let id = try? r.string(),
+              (try? r.expectEnd()) != nil, let pool = try? IdentityPoolID(poolText) else { return nil }
+        let expiration = Timestamp(milliseconds: expires)
+        guard options.clock() < expiration, try identityPool(pool) != nil, try identity(pool: pool, id: id) != nil else { return nil }
+        return Credential(accessKeyID: accessKeyID, secretAccessKey: identitySecret(token: sessionToken), sessionToken: sessionToken,
+                          scope: .identity(pool: pool.rawValue, identity: id), expires: expiration)
+    }
+}

@@ -1,0 +1,115 @@
+import Foundation
+import LedgerStorage
+import Synchronization
+
+/// A Cognito Identity pool as CreateIdentityPool defines it. Kept as the record
+/// `identity-pool` of the pool's `configuration` system stream, so every change is a log entry.
+public struct IdentityPoolDefinition: Sendable, Hashable, Codable {
+    /// The pool id, `<region>:<uuid>`.
+    public var id: String
+    /// Its name: 1-128 characters of `[\w ]`.
+    public var name: String
+    /// Whether GetId hands out identities without a login.
+    public var allowUnauthenticatedIdentities: Bool
+    /// The developer provider's name (`[\w._-]`, 1-128), fixed once set.
+    public var developerProviderName: String?
+    /// Login providers by domain → app id (kept; verified logins are not served yet).
+    public var supportedLoginProviders: [String: String]
+    /// When it was created.
+    public var created: Timestamp
+
+    /// A definition.
+    public init(id: String, name: String, allowUnauthenticatedIdentities: Bool, developerProviderName: String? = nil,
+                supportedLoginProviders: [String: String] = [:], created: Timestamp) {
+        self.id = id
+        self.name = name
+        self.allowUnauthenticatedIdentities = allowUnauthenticatedIdentities
+        self.developerProviderName = developerProviderName
+        self.supportedLoginProviders = supportedLoginProviders
+        self.created = created
+    }
+
+    /// Checks the name, the developer provider name and the login providers (at most 10).
+    /// - Throws: `.invalidParameter` naming the field.
+    public func validate() throws(LedgerError) {
+        guard (1...128).contains(name.count), name.unicodeScalars.allSatisfy({ $0 == " " || $0 == "_" || CharacterSet.alphanumerics.contains($0) }) else {
+            throw LedgerError(.invalidParameter, "IdentityPoolName must be 1-128 characters of letters, digits, _ and spaces, not \(quoted(name))")
+        }
+        if let provider = developerProviderName {
+            guard (1...128).contains(provider.utf8.count), provider.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5a) || ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x5f || $0 == 0x2e || $0 == 0x2d }) else {
+                throw LedgerError(.invalidParameter, "DeveloperProviderName must be 1-128 characters of A-Z a-z 0-9 _ . -, not \(quoted(provider))")
+            }
+        }
+        guard supportedLoginProviders.count <= 10 else {
+            throw LedgerError(.invalidParameter, "SupportedLoginProviders may hold at most 10 providers, not \(supportedLoginProviders.count)")
+        }
+        for (domain, app) in supportedLoginProviders {
+            guard (1...128).contains(domain.utf8.count), (1...128).contains(app.utf8.count) else {
+                throw LedgerError(.invalidParameter, "SupportedLoginProviders entries must be 1-128 characters on both sides (\(quoted(domain)))")
+            }
+        }
+    }
+}
+
+extension Ledger {
+    static let identityPoolKey = "identity-pool"
+
+    /// Creates an identity pool in `region` and returns it.
+    /// - Throws: `.invalidParameter` for a bad definition.
+    public func createIdentityPool(region: String, name: String, allowUnauthenticatedIdentities: Bool, developerProviderName: String?,
+                                   supportedLoginProviders: [String: String], caller: String) async throws -> IdentityPoolDefinition {
+        let id = try IdentityPoolID("\(region):\(UUID().uuidString.lowercased())")
+        let definition = IdentityPoolDefinition(id: id.rawValue, name: name, allowUnauthenticatedIdentities: allowUnauthenticatedIdentities,
+                                                developerProviderName: developerProviderName, supportedLoginProviders: supportedLoginProviders,
+                                                created: options.clock())
+        try definition.validate()
+        try await appendSystem(Self.systemStream(id, "configuration"), author: caller) { _ in
+            [.put(key: Self.identityPoolKey, value: Self.json(definition), deviceModified: nil)]
+        }
+        return definition
+    }
+
+    /// The identity pool `id`, or nil when none was created here (or it was deleted).
+    public func identityPool(_ id: IdentityPoolID) throws -> IdentityPoolDefinition? {
+        let stream = Self.systemStream(id, "configuration")
+        return try recordValue(stream, key: Self.identityPoolKey).map { try Self.decode(IdentityPoolDefinition.self, $0, stream: stream) }
+    }
+
+    /// Replaces a pool's settings (UpdateIdentityPool sends the whole pool). The developer
+    /// provider name cannot change once set.
+    /// - Throws: `.notFound` for an unknown pool; `.invalidParameter` for a bad definition or a
+    ///   changed developer provider name.
+    public func updateIdentityPool(_ updated: IdentityPoolDefinition, caller: String) async throws -> IdentityPoolDefinition {
+        try updated.validate()
+        let id = try IdentityPoolID(updated.id)
+        let stream = Self.systemStream(id, "configuration")
+        let result = Mutex(updated)
+        try await appendSystem(stream, author: caller) { view in
+            guard let text = try view.record(Self.identityPoolKey)?.value else { throw LedgerError(.notFound, "identity pool \(id) does not exist") }
+            let stored = try Self.decode(IdentityPoolDefinition.self, text, stream: stream)
+            if let old = stored.developerProviderName, updated.developerProviderName != old {
+                throw LedgerError(.invalidParameter, "DeveloperProviderName of identity pool \(id) is \(old) and cannot change")
+            }
+            var next = updated
+            next.created = stored.created
+            result.withLock { $0 = next }
+            return next == stored ? [] : [.put(key: Self.identityPoolKey, value: Self.json(next), deviceModified: nil)]
+        }
+        return result.withLock { $0 }
+    }
+
+    /// Deletes a pool: GetId and its temporary credentials stop working. Its data and history
+    /// stay in the log.
+    /// - Throws: `.notFound` for an unknown pool.
+    public func deleteIdentityPool(_ id: IdentityPoolID, caller: String) async throws {
+        try await appendSystem(Self.systemStream(id, "configuration"), author: caller) { view in
+            guard try view.record(Self.identityPoolKey)?.value != nil else { throw LedgerError(.notFound, "identity pool \(id) does not exist") }
+            return [.remove(key: Self.identityPoolKey, deviceModified: nil)]
+        }
+    }
+
+    /// Every identity pool created here, by id.
+    public func identityPools() throws -> [IdentityPoolDefinition] {
+        try poolsWithStreams().compactMap { try identityPool($0) }
+    }
+}

@@ -1,0 +1,246 @@
+import Foundation
+import SyncLedger
+
+/// Cognito Identity (2014-06-30) on the same port, awsJson1_1 as botocore's `cognito-identity`
+/// model describes it: `POST /` with `X-Amz-Target: AWSCognitoIdentityService.<Operation>`,
+/// errors as `{"__type": …, "message": …}`. GetId and GetCredentialsForIdentity need no
+/// signature (as in AWS); the pool and identity operations need the developer (admin)
+/// credential, signed for the service `cognito-identity`.
+///
+/// Served so far: identity pools (create, describe, update, list, delete), unauthenticated
+/// identities (GetId, GetCredentialsForIdentity with stateless temporary credentials), and
+/// DescribeIdentity, ListIdentities, DeleteIdentities. Logins (developer, OpenID Connect) and
+/// merges are not served yet: a request with `Logins`, and the operations that need them, get
+/// a typed error saying so.
+extension CognitoAPI {
+    static let identityTargetPrefix = "AWSCognitoIdentityService."
+
+    /// The operations that need no signature.
+    static let unsignedIdentityOperations: Set<String> = ["GetId", "GetCredentialsForIdentity", "GetOpenIdToken", "UnlinkIdentity"]
+
+    /// How long GetCredentialsForIdentity's credentials live.
+    static let identityCredentialLifetime: Duration = .seconds(3600)
+
+    /// Handles one Cognito Identity request; every failure is the model's error shape.
+    func handleIdentity(_ request: WireRequest, target: String, query: [(String, String)], operation: inout String) async -> WireResponse {
+        let name = String(target.dropFirst(Self.identityTargetPrefix.count))
+        operation = "Identity." + (name.count <= 64 && name.allSatisfy(\.isASCIILetterOrDigit) ? name : "Unknown")
+        do {
+            var credential: Credential?
+            if !Self.unsignedIdentityOperations.contains(name) {
+                var identityAuthenticator = authenticator
+                identityAuthenticator.service = "cognito-identity"
+                let signed = try identityAuthenticator.authenticate(request, queryPairs: query)
+                guard case .admin = signed.scope else {
+                    throw IdentityError("NotAuthorizedException", "\(name) needs the developer (admin) credential")
+                }
+                credential = signed
+            }
+            let json = try body(request)
+            let result = try await dispatchIdentity(name, json, caller: credential.map(caller) ?? "cognito-identity")
+            return WireResponse(status: 200, headers: [("content-type", "application/x-amz-json-1.1")], body: result.bytes)
+        } catch {
+            let (type, status, message) = Self.identityError(error)
+            var w = JSONWriter()
+            w.beginObject(); w.member("__type", type); w.member("message", message); w.endObject()
+            return WireResponse(status: status, headers: [("content-type", "application/x-amz-json-1.1"), ("x-amzn-ErrorType", type)], body: w.bytes)
+        }
+    }
+
+    /// The model's error name and status of a failure.
+    static func identityError(_ error: any Error) -> (String, Int, String) {
+        if let e = error as? IdentityError { return (e.type, e.status, e.message) }
+        if let wire = error as? WireError {
+            let type = wire.type == "InvalidParameterException" || wire.type == "NotAuthorizedException" || wire.type == "ResourceNotFoundException"
+                || wire.type == "LimitExceededException" || wire.type == "ResourceConflictException" ? wire.type : (wire.status >= 500 ? "InternalErrorException" : "InvalidParameterException")
+            return (type, wire.status >= 500 ? 500 : 400, wire.message)
+        }
+        if let ledger = error as? LedgerError {
+            switch ledger.code {
+            case .notFound: return ("ResourceNotFoundException", 400, ledger.message)
+            case .notAuthorized: return ("NotAuthorizedException", 400, ledger.message)
+            case .limitExceeded: return ("LimitExceededException", 400, ledger.message)
+            case .invalidParameter: return ("InvalidParameterException", 400, ledger.message)
+            case .conflict: return ("ResourceConflictException", 400, ledger.message)
+            default: return ("InternalErrorException", 500, "internal error")
+            }
+        }
+        return ("InternalErrorException", 500, "internal error")
+    }
+
+    private func dispatchIdentity(_ name: String, _ json: JSON, caller: String) async throws -> JSONWriter {
+        switch name {
+        case "CreateIdentityPool":
+            let pool = try await ledger.createIdentityPool(
+                region: authenticator.regions.sorted().first ?? "us-east-1",
+                name: try string(json["IdentityPoolName"], "IdentityPoolName", required: true)!,
+                allowUnauthenticatedIdentities: try requiredBool(json["AllowUnauthenticatedIdentities"], "AllowUnauthenticatedIdentities"),
+                developerProviderName: try string(json["DeveloperProviderName"], "DeveloperProviderName"),
+                supportedLoginProviders: try stringMap(json["SupportedLoginProviders"], "SupportedLoginProviders") ?? [:], caller: caller)
+            return identityPoolBody(pool)
+        case "DescribeIdentityPool":
+            let id = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            guard let pool = try ledger.identityPool(id) else { throw LedgerError(.notFound, "identity pool \(id) does not exist") }
+            return identityPoolBody(pool)
+        case "UpdateIdentityPool":
+            let id = try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!
+            let updated = IdentityPoolDefinition(
+                id: try IdentityPoolID(id).rawValue, name: try string(json["IdentityPoolName"], "IdentityPoolName", required: true)!,
+                allowUnauthenticatedIdentities: try requiredBool(json["AllowUnauthenticatedIdentities"], "AllowUnauthenticatedIdentities"),
+                developerProviderName: try string(json["DeveloperProviderName"], "DeveloperProviderName"),
+                supportedLoginProviders: try stringMap(json["SupportedLoginProviders"], "SupportedLoginProviders") ?? [:], created: .now)
+            return identityPoolBody(try await ledger.updateIdentityPool(updated, caller: caller))
+        case "ListIdentityPools":
+            let max = try integer(json["MaxResults"], "MaxResults", required: true)!
+            guard (1...60).contains(max) else { throw WireError.invalidParameter("MaxResults must be 1-60, not \(max)") }
+            let after = try string(json["NextToken"], "NextToken")
+            let ledger = self.ledger
+            let all = try await offPool { try ledger.identityPools() }.filter { after == nil || $0.id > after! }
+            var w = JSONWriter()
+            w.beginObject(); w.key("IdentityPools"); w.beginArray()
+            for pool in all.prefix(Int(max)) {
+                w.beginObject(); w.member("IdentityPoolId", pool.id); w.member("IdentityPoolName", pool.name); w.endObject()
+            }
+            w.endArray()
+            if all.count > Int(max) { w.member("NextToken", all[Int(max) - 1].id) }
+            w.endObject()
+            return w
+        case "DeleteIdentityPool":
+            try await ledger.deleteIdentityPool(try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!), caller: caller)
+            return emptyObject()
+        case "GetId":
+            let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            try refuseLogins(json)
+            if let account = try string(json["AccountId"], "AccountId"), !(1...15).contains(account.count) || !account.allSatisfy(\.isASCIIDigit) {
+                throw WireError.invalidParameter("AccountId must be 1-15 digits")
+            }
+            let record = try await ledger.newUnauthenticatedIdentity(pool: pool)
+            var w = JSONWriter()
+            w.beginObject(); w.member("IdentityId", record.id); w.endObject()
+            return w
+        case "GetCredentialsForIdentity":
+            let id = try identityIDParameter(json)
+            try refuseLogins(json)
+            guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "identity \(id) does not exist") }
+            let credentials = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: Self.identityCredentialLifetime)
+            var w = JSONWriter()
+            w.beginObject()
+            w.member("IdentityId", id)
+            w.key("Credentials"); w.beginObject()
+            w.member("AccessKeyId", credentials.accessKeyID)
+            w.member("SecretKey", credentials.secretKey)
+            w.member("SessionToken", credentials.sessionToken)
+            w.member("Expiration", date: credentials.expiration.milliseconds)
+            w.endObject()
+            w.endObject()
+            return w
+        case "DescribeIdentity":
+            let id = try identityIDParameter(json)
+            guard let pool = try ledger.poolOfIdentity(id), let record = try ledger.identity(pool: pool, id: id) else {
+                throw LedgerError(.notFound, "identity \(id) does not exist")
+            }
+            var w = JSONWriter()
+            writeIdentity(&w, record)
+            return w
+        case "ListIdentities":
+            let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            let max = try integer(json["MaxResults"], "MaxResults", required: true)!
+            guard (1...60).contains(max) else { throw WireError.invalidParameter("MaxResults must be 1-60, not \(max)") }
+            let next = try string(json["NextToken"], "NextToken")
+            let ledger = self.ledger
+            let page = try await offPool { try ledger.identities(pool: pool, maxResults: Int(max), nextToken: next) }
+            var w = JSONWriter()
+            w.beginObject()
+            w.member("IdentityPoolId", pool.rawValue)
+            w.key("Identities"); w.beginArray()
+            for record in page.identities { writeIdentity(&w, record) }
+            w.endArray()
+            w.member("NextToken", page.nextToken)
+            w.endObject()
+            return w
+        case "DeleteIdentities":
+            guard case .array(let items)? = json["IdentityIdsToDelete"] else { throw WireError.invalidParameter("IdentityIdsToDelete is required: an array of 1-60 identity ids") }
+            guard (1...60).contains(items.count) else { throw WireError.invalidParameter("IdentityIdsToDelete must hold 1-60 ids, not \(items.count)") }
+            var byPool: [IdentityPoolID: [String]] = [:]
+            var unprocessed: [String] = []
+            for (i, item) in items.enumerated() {
+                guard case .string(let id) = item, (try? IdentityID(id)) != nil else { throw WireError.invalidParameter("IdentityIdsToDelete[\(i)] is not an identity id") }
+                if let pool = try ledger.poolOfIdentity(id) { byPool[pool, default: []].append(id) } else { unprocessed.append(id) }
+            }
+            for (pool, ids) in byPool { unprocessed += try await ledger.deleteIdentities(pool: pool, ids: ids, caller: caller) }
+            var w = JSONWriter()
+            w.beginObject(); w.key("UnprocessedIdentityIds"); w.beginArray()
+            for id in unprocessed.sorted() {
+                w.beginObject(); w.member("IdentityId", id); w.member("ErrorCode", "InternalServerError"); w.endObject()
+            }
+            w.endArray(); w.endObject()
+            return w
+        case "GetOpenIdToken", "UnlinkIdentity", "GetOpenIdTokenForDeveloperIdentity", "LookupDeveloperIdentity", "MergeDeveloperIdentities",
+             "UnlinkDeveloperIdentity", "GetIdentityPoolRoles", "SetIdentityPoolRoles", "ListTagsForResource", "TagResource", "UntagResource",
+             "GetPrincipalTagAttributeMap", "SetPrincipalTagAttributeMap":
+            throw IdentityError("InvalidParameterException", "\(name) is not served by this SyncLedger yet: identities with logins (developer, OpenID Connect) and merges are not built yet; unauthenticated identities are")
+        default:
+            throw IdentityError("UnknownOperationException", "no Cognito Identity operation is named \(name.prefix(64))")
+        }
+    }
+
+    private func refuseLogins(_ json: JSON) throws {
+        if let logins = try stringMap(json["Logins"], "Logins"), !logins.isEmpty {
+            throw IdentityError("NotAuthorizedException", "Logins are not verified by this SyncLedger yet (developer and OpenID Connect logins are not built); use an unauthenticated identity")
+        }
+    }
+
+    private func identityIDParameter(_ json: JSON) throws -> String {
+        let id = try string(json["IdentityId"], "IdentityId", required: true)!
+        _ = try IdentityID(id)
+        return id
+    }
+
+    private func requiredBool(_ value: JSON?, _ path: String) throws -> Bool {
+        guard let b = try boolean(value, path) else { throw WireError.invalidParameter("\(path) is required") }
+        return b
+    }
+
+    private func emptyObject() -> JSONWriter {
+        var w = JSONWriter()
+        w.beginObject(); w.endObject()
+        return w
+    }
+
+    private func identityPoolBody(_ pool: IdentityPoolDefinition) -> JSONWriter {
+        var w = JSONWriter()
+        w.beginObject()
+        w.member("IdentityPoolId", pool.id)
+        w.member("IdentityPoolName", pool.name)
+        w.member("AllowUnauthenticatedIdentities", bool: pool.allowUnauthenticatedIdentities)
+        w.member("DeveloperProviderName", pool.developerProviderName)
+        if !pool.supportedLoginProviders.isEmpty {
+            w.key("SupportedLoginProviders"); w.beginObject()
+            for (k, v) in pool.supportedLoginProviders.sorted(by: { $0.key < $1.key }) { w.member(k, v) }
+            w.endObject()
+        }
+        w.endObject()
+        return w
+    }
+
+    private func writeIdentity(_ w: inout JSONWriter, _ record: IdentityRecord) {
+        w.beginObject()
+        w.member("IdentityId", record.id)
+        w.key("Logins"); w.beginArray(); for login in record.logins { w.string(login) }; w.endArray()
+        w.member("CreationDate", date: record.created.milliseconds)
+        w.member("LastModifiedDate", date: record.modified.milliseconds)
+        w.endObject()
+    }
+}
+
+/// A Cognito Identity error with the model's name.
+struct IdentityError: Error {
+    let type: String
+    let status: Int
+    let message: String
+    init(_ type: String, _ message: String, status: Int = 400) {
+        self.type = type
+        self.message = message
+        self.status = status
+    }
+}
