@@ -85,6 +85,12 @@ struct CognitoAPI: Sendable {
             (operation, identity) = (name, who)
             return response
         }
+        if segments == [".well-known", "jwks.json"], request.method == "GET" {
+            // The public key of Cognito Identity's OpenID tokens, for anyone to verify them.
+            operation = "Identity.JWKS"
+            let body = try JSONSerialization.data(withJSONObject: try ledger.openIdKeys(), options: [.sortedKeys, .withoutEscapingSlashes])
+            return WireResponse(status: 200, headers: [("content-type", "application/json")], body: Array(body))
+        }
         if segments.isEmpty, request.method == "POST", let target = request.header("x-amz-target"), target.hasPrefix(Self.identityTargetPrefix) {
             if let leader = followedLeader, !["DescribeIdentityPool", "ListIdentityPools", "DescribeIdentity", "ListIdentities"].contains(String(target.dropFirst(Self.identityTargetPrefix.count))) {
                 throw WireError.notAuthorized("this server is a read-only follower of \(leader); send Cognito Identity calls to the leader")

@@ -36,6 +36,7 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
         case .duplicateRequest: self.init(type: "DuplicateRequestException", status: 400, message: message)
         case .alreadyStreamed: self.init(type: "AlreadyStreamedException", status: 400, message: message)
         case .idempotencyConflict: self.init(type: "IdempotencyConflictException", status: 409, message: message)
+        case .alreadyRegistered: self.init(type: "DeveloperUserAlreadyRegisteredException", status: 400, message: message)
         case .notAuthorized: self.init(type: "NotAuthorizedException", status: 403, message: message)
         case .expired: self.init(type: "MessageExpiredException", status: 400, message: message)
         case .closed: self.init(type: "TooManyRequestsException", status: 429, message: "the server is shutting down; retry")

@@ -173,7 +173,8 @@ def test_unsigned_callers_reach_get_id_and_credentials_only(anonymous, admin):
     # Not served yet, said plainly; logins refused rather than ignored.
     code, _, message = error_of(anonymous.get_id, IdentityPoolId=pid, Logins={"accounts.google.com": "token"})
     assert code == "NotAuthorizedException" and "not verified" in message
-    code, _, message = error_of(admin.get_open_id_token_for_developer_identity, IdentityPoolId=pid, Logins={"login.x": "u1"})
+    code, _, message = error_of(admin.merge_developer_identities, IdentityPoolId=pid, SourceUserIdentifier="a",
+                                DestinationUserIdentifier="b", DeveloperProviderName="login.x")
     assert code == "InvalidParameterException" and "not served" in message
     assert error_of(anonymous.get_id, IdentityPoolId=new_id())[:2] == ("ResourceNotFoundException", 400)
     assert error_of(anonymous.get_credentials_for_identity, IdentityId=new_id())[:2] == ("ResourceNotFoundException", 400)
@@ -211,3 +212,77 @@ def test_the_aws_cli_speaks_it_too(server):
     assert code == 0 and creds["Credentials"]["AccessKeyId"].startswith("ASIA"), err
     code, _, err = run("describe-identity-pool", "--identity-pool-id", pool["IdentityPoolId"], unsigned=True)
     assert code != 0 and "NotAuthorizedException" in err
+
+
+
+def b64url(text):
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def verify_with_jwks(server, token):
+    """Checks an OpenID token as a third party would: with the JWKS the server publishes."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+    keys = server.get("/.well-known/jwks.json").json()["keys"]
+    header, claims, signature = token.split(".")
+    head = json.loads(b64url(header))
+    key = next(k for k in keys if k["kid"] == head["kid"])
+    assert (head["alg"], key["kty"], key["crv"]) == ("ES256", "EC", "P-256")
+    public = ec.EllipticCurvePublicNumbers(int.from_bytes(b64url(key["x"]), "big"), int.from_bytes(b64url(key["y"]), "big"),
+                                           ec.SECP256R1()).public_key()
+    raw = b64url(signature)
+    der = encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+    public.verify(der, f"{header}.{claims}".encode(), ec.ECDSA(hashes.SHA256()))  # raises when it does not verify
+    return json.loads(b64url(claims))
+
+
+def test_developer_authenticated_identities_get_credentials_with_the_servers_token(server, admin, anonymous):
+    pid = admin.create_identity_pool(IdentityPoolName="Dev", AllowUnauthenticatedIdentities=False,
+                                     DeveloperProviderName="login.notes.example")["IdentityPoolId"]
+    # The app's backend vouches for user-17: a new identity, and a token for it.
+    out = admin.get_open_id_token_for_developer_identity(IdentityPoolId=pid, Logins={"login.notes.example": "user-17"},
+                                                         TokenDuration=600)
+    identity, token = out["IdentityId"], out["Token"]
+    claims = verify_with_jwks(server, token)
+    assert claims["sub"] == identity and claims["aud"] == pid and "authenticated" in claims["amr"]
+    assert 590 <= claims["exp"] - claims["iat"] <= 600
+    # The same user again: the same identity.
+    assert admin.get_open_id_token_for_developer_identity(IdentityPoolId=pid, Logins={"login.notes.example": "user-17"})["IdentityId"] == identity
+    # The device trades the token for credentials, and syncs.
+    credentials = anonymous.get_credentials_for_identity(IdentityId=identity, Logins={"cognito-identity.amazonaws.com": token})["Credentials"]
+    sync = sync_client(server, credentials)
+    assert sync.list_records(IdentityPoolId=pid, IdentityId=identity, DatasetName="notes")["Count"] == 0
+    # Without the token, or with a token of another identity, or a tampered one: no credentials.
+    assert error_of(anonymous.get_credentials_for_identity, IdentityId=identity)[:2] == ("NotAuthorizedException", 400)
+    other = admin.get_open_id_token_for_developer_identity(IdentityPoolId=pid, Logins={"login.notes.example": "user-18"})
+    assert other["IdentityId"] != identity
+    assert error_of(anonymous.get_credentials_for_identity, IdentityId=identity,
+                    Logins={"cognito-identity.amazonaws.com": other["Token"]})[:2] == ("NotAuthorizedException", 400)
+    header, body, signature = token.split(".")
+    forged_claims = base64.urlsafe_b64encode(json.dumps({**claims, "sub": other["IdentityId"]}).encode()).rstrip(b"=").decode()
+    assert error_of(anonymous.get_credentials_for_identity, IdentityId=other["IdentityId"],
+                    Logins={"cognito-identity.amazonaws.com": f"{header}.{forged_claims}.{signature}"})[:2] == ("NotAuthorizedException", 400)
+    assert error_of(anonymous.get_credentials_for_identity, IdentityId=identity,
+                    Logins={"accounts.google.com": "whatever"})[:2] == ("NotAuthorizedException", 400)
+    # Lookup both ways; a user linked elsewhere cannot be claimed by another identity.
+    assert admin.lookup_developer_identity(IdentityPoolId=pid, DeveloperUserIdentifier="user-17", MaxResults=10)["IdentityId"] == identity
+    assert admin.lookup_developer_identity(IdentityPoolId=pid, IdentityId=identity, MaxResults=10)["DeveloperUserIdentifierList"] == ["user-17"]
+    assert error_of(admin.get_open_id_token_for_developer_identity, IdentityPoolId=pid, IdentityId=other["IdentityId"],
+                    Logins={"login.notes.example": "user-17"})[:2] == ("DeveloperUserAlreadyRegisteredException", 400)
+    assert error_of(admin.get_open_id_token_for_developer_identity, IdentityPoolId=pid,
+                    Logins={"other.example": "user-17"})[:2] == ("InvalidParameterException", 400)
+    assert error_of(admin.get_open_id_token_for_developer_identity, IdentityPoolId=pid, TokenDuration=86401,
+                    Logins={"login.notes.example": "user-17"})[:2] == ("InvalidParameterException", 400)
+    # GetOpenIdToken with the token returns a fresh token for the same identity.
+    fresh = anonymous.get_open_id_token(IdentityId=identity, Logins={"cognito-identity.amazonaws.com": token})
+    assert fresh["IdentityId"] == identity and verify_with_jwks(server, fresh["Token"])["sub"] == identity
+    # Unlinked, the user is no longer found, and the admin sees the identity without the login.
+    admin.unlink_developer_identity(IdentityId=identity, IdentityPoolId=pid, DeveloperProviderName="login.notes.example",
+                                    DeveloperUserIdentifier="user-17")
+    assert error_of(admin.lookup_developer_identity, IdentityPoolId=pid, DeveloperUserIdentifier="user-17", MaxResults=10)[:2] == \
+        ("ResourceNotFoundException", 400)
+    assert admin.describe_identity(IdentityId=identity)["Logins"] == []
+    # Only the admin mints tokens.
+    assert error_of(anonymous.get_open_id_token_for_developer_identity, IdentityPoolId=pid,
+                    Logins={"login.notes.example": "user-19"})[:2] == ("NotAuthorizedException", 400)

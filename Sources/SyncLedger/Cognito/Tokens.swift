@@ -55,6 +55,9 @@ enum Base64URL {
         return table
     }()
 
+    /// `bytes` as unpadded base64url text.
+    static func string(_ bytes: some Collection<UInt8>) -> String { String(decoding: encode(Array(bytes)), as: UTF8.self) }
+
     static func encode(_ bytes: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count * 4 + 2) / 3)

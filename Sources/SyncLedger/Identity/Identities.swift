@@ -130,14 +130,22 @@ extension Ledger {
     /// - Throws: `.notFound` for an unknown pool or identity; `.notAuthorized` for an identity
     ///   with logins (they need their logins) or a pool that no longer allows unauthenticated
     ///   identities.
-    public func credentialsForIdentity(pool: IdentityPoolID, id: String, lifetime: Duration = Credential.defaultTemporaryLifetime) throws -> IdentityCredentials {
+    public func credentialsForIdentity(pool: IdentityPoolID, id: String, lifetime: Duration = Credential.defaultTemporaryLifetime,
+                                       openIdToken: String? = nil) throws -> IdentityCredentials {
         let definition = try requireIdentityPool(pool)
         guard let record = try identity(pool: pool, id: id) else {
             throw LedgerError(.notFound, "identity \(id) does not exist in identity pool \(pool)")
         }
-        guard record.logins.isEmpty else { throw LedgerError(.notAuthorized, "identity \(id) is authenticated: send its Logins") }
-        guard definition.allowUnauthenticatedIdentities else {
-            throw LedgerError(.notAuthorized, "identity pool \(pool) does not allow unauthenticated access")
+        if let openIdToken {
+            // An authenticated identity proves itself with a token this server signed for it.
+            guard let vouched = try verifyOpenIdToken(openIdToken), vouched.pool == pool, vouched.identity == id else {
+                throw LedgerError(.notAuthorized, "the \(Self.openIdProvider) token is not valid for identity \(id): forged, expired, or for another identity")
+            }
+        } else {
+            guard record.logins.isEmpty else { throw LedgerError(.notAuthorized, "identity \(id) is authenticated: send its Logins") }
+            guard definition.allowUnauthenticatedIdentities else {
+                throw LedgerError(.notAuthorized, "identity pool \(pool) does not allow unauthenticated access")
+            }
         }
         let expiration = options.clock().adding(lifetime)
         let upper = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")

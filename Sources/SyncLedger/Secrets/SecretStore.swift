@@ -72,6 +72,19 @@ public final class SecretStore: Sendable {
         })
     }
 
+    /// The P-256 key (raw 32 bytes) that signs Cognito Identity's OpenID tokens, made on first
+    /// use. Its public half is served as a JWKS; the private half never leaves this store.
+    func identitySigningKey() throws -> [UInt8] {
+        let name = Array("identity-signing-key".utf8)
+        if let stored = try read({ try $0.get(keys, key: name) }), stored.count == 32 { return stored }
+        return try write { txn -> [UInt8] in
+            if let stored = try txn.get(keys, key: name), stored.count == 32 { return stored }
+            let fresh = Array(P256.Signing.PrivateKey().rawRepresentation)
+            try txn.put(keys, key: name, value: fresh)
+            return fresh
+        }
+    }
+
     /// Adopts a token key from a format-1 data directory unless this store has one.
     func adoptTokenKey(_ key: [UInt8]) throws {
         let name = Array("session-token-key".utf8)

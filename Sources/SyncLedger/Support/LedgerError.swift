@@ -7,7 +7,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case invalidParameter, notFound, conflict, limitExceeded, invalidSessionToken
             case corruptData, unsupportedFormat, diskFull, storage, closed, duplicateRequest, alreadyStreamed, wrongLedger
-            case idempotencyConflict, expired, notAuthorized
+            case idempotencyConflict, expired, notAuthorized, alreadyRegistered
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -45,6 +45,8 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         /// The caller may not have what it asked for (an identity pool that refuses
         /// unauthenticated identities, an authenticated identity asked for without its logins).
         public static let notAuthorized = Code(.notAuthorized)
+        /// A developer user identifier is already linked to another identity.
+        public static let alreadyRegistered = Code(.alreadyRegistered)
 
         public var description: String { base.rawValue }
     }
@@ -88,7 +90,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     /// each job isolated in a nested transaction.
     public var isCleanRefusal: Bool {
         switch code {
-        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat, .idempotencyConflict, .expired, .notAuthorized: true
+        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat, .idempotencyConflict, .expired, .notAuthorized, .alreadyRegistered: true
         default: false
         }
     }

@@ -8,10 +8,13 @@ import SyncLedger
 /// credential, signed for the service `cognito-identity`.
 ///
 /// Served so far: identity pools (create, describe, update, list, delete), unauthenticated
-/// identities (GetId, GetCredentialsForIdentity with stateless temporary credentials), and
-/// DescribeIdentity, ListIdentities, DeleteIdentities. Logins (developer, OpenID Connect) and
-/// merges are not served yet: a request with `Logins`, and the operations that need them, get
-/// a typed error saying so.
+/// identities (GetId, GetCredentialsForIdentity with stateless temporary credentials),
+/// developer-authenticated identities (GetOpenIdTokenForDeveloperIdentity, whose ES256 token
+/// GetCredentialsForIdentity and GetOpenIdToken accept as `Logins["cognito-identity.amazonaws.com"]`,
+/// LookupDeveloperIdentity, UnlinkDeveloperIdentity; the key is served at
+/// `/.well-known/jwks.json`), and DescribeIdentity, ListIdentities, DeleteIdentities. OpenID
+/// Connect providers and merges are not served yet: other `Logins`, and the operations that
+/// need them, get a typed error saying so.
 extension CognitoAPI {
     static let identityTargetPrefix = "AWSCognitoIdentityService."
 
@@ -41,6 +44,7 @@ extension CognitoAPI {
             return WireResponse(status: 200, headers: [("content-type", "application/x-amz-json-1.1")], body: result.bytes)
         } catch {
             let (type, status, message) = Self.identityError(error)
+            if status >= 500 { logger.error("internal error", metadata: ["op": "\(operation)", "error": "\(error)"]) }
             var w = JSONWriter()
             w.beginObject(); w.member("__type", type); w.member("message", message); w.endObject()
             return WireResponse(status: status, headers: [("content-type", "application/x-amz-json-1.1"), ("x-amzn-ErrorType", type)], body: w.bytes)
@@ -62,7 +66,10 @@ extension CognitoAPI {
             case .limitExceeded: return ("LimitExceededException", 400, ledger.message)
             case .invalidParameter: return ("InvalidParameterException", 400, ledger.message)
             case .conflict: return ("ResourceConflictException", 400, ledger.message)
-            default: return ("InternalErrorException", 500, "internal error")
+            case .alreadyRegistered: return ("DeveloperUserAlreadyRegisteredException", 400, ledger.message)
+            default:
+                // Any other refusal is the caller's: never a 500.
+                return ledger.isCleanRefusal ? ("InvalidParameterException", 400, ledger.message) : ("InternalErrorException", 500, "internal error")
             }
         }
         return ("InternalErrorException", 500, "internal error")
@@ -120,9 +127,9 @@ extension CognitoAPI {
             return w
         case "GetCredentialsForIdentity":
             let id = try identityIDParameter(json)
-            try refuseLogins(json)
+            let token = try ownLoginToken(json)
             guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "identity \(id) does not exist") }
-            let credentials = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: Self.identityCredentialLifetime)
+            let credentials = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: Self.identityCredentialLifetime, openIdToken: token)
             var w = JSONWriter()
             w.beginObject()
             w.member("IdentityId", id)
@@ -175,13 +182,64 @@ extension CognitoAPI {
             }
             w.endArray(); w.endObject()
             return w
-        case "GetOpenIdToken", "UnlinkIdentity", "GetOpenIdTokenForDeveloperIdentity", "LookupDeveloperIdentity", "MergeDeveloperIdentities",
-             "UnlinkDeveloperIdentity", "GetIdentityPoolRoles", "SetIdentityPoolRoles", "ListTagsForResource", "TagResource", "UntagResource",
+        case "GetOpenIdToken":
+            let id = try identityIDParameter(json)
+            let token = try ownLoginToken(json)
+            guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "identity \(id) does not exist") }
+            // The same rules as credentials: an unauthenticated identity of a pool that allows
+            // them, or an authenticated one with its token.
+            _ = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: .seconds(1), openIdToken: token)
+            let logins = try ledger.identity(pool: pool, id: id)?.logins ?? []
+            var w = JSONWriter()
+            w.beginObject(); w.member("IdentityId", id)
+            w.member("Token", try ledger.openIdToken(pool: pool, identity: id, logins: logins, duration: .seconds(600))); w.endObject()
+            return w
+        case "GetOpenIdTokenForDeveloperIdentity":
+            let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            guard let logins = try stringMap(json["Logins"], "Logins"), logins.count == 1, let (provider, user) = logins.first else {
+                throw WireError.invalidParameter("Logins must hold exactly one entry: the pool's developer provider name and the user's identifier")
+            }
+            let requested = try string(json["IdentityId"], "IdentityId")
+            if let requested { _ = try IdentityID(requested) }
+            let duration = try integer(json["TokenDuration"], "TokenDuration") ?? 900
+            guard (1...86_400).contains(duration) else { throw WireError.invalidParameter("TokenDuration must be 1-86400 seconds, not \(duration)") }
+            let (id, token) = try await ledger.developerIdentityToken(pool: pool, identity: requested, provider: provider, user: user, duration: .seconds(duration))
+            var w = JSONWriter()
+            w.beginObject(); w.member("IdentityId", id); w.member("Token", token); w.endObject()
+            return w
+        case "LookupDeveloperIdentity":
+            let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            let id = try string(json["IdentityId"], "IdentityId")
+            let user = try string(json["DeveloperUserIdentifier"], "DeveloperUserIdentifier")
+            guard id != nil || user != nil else { throw WireError.invalidParameter("give IdentityId or DeveloperUserIdentifier") }
+            let found = try ledger.lookupDeveloperIdentity(pool: pool, identity: id, user: user)
+            var w = JSONWriter()
+            w.beginObject(); w.member("IdentityId", found.identity)
+            w.key("DeveloperUserIdentifierList"); w.beginArray(); for u in found.users { w.string(u) }; w.endArray()
+            w.endObject()
+            return w
+        case "UnlinkDeveloperIdentity":
+            let id = try identityIDParameter(json)
+            let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            try await ledger.unlinkDeveloperIdentity(pool: pool, identity: id, provider: try string(json["DeveloperProviderName"], "DeveloperProviderName", required: true)!,
+                                                     user: try string(json["DeveloperUserIdentifier"], "DeveloperUserIdentifier", required: true)!, caller: caller)
+            return emptyObject()
+        case "UnlinkIdentity", "MergeDeveloperIdentities", "GetIdentityPoolRoles", "SetIdentityPoolRoles", "ListTagsForResource", "TagResource", "UntagResource",
              "GetPrincipalTagAttributeMap", "SetPrincipalTagAttributeMap":
-            throw IdentityError("InvalidParameterException", "\(name) is not served by this SyncLedger yet: identities with logins (developer, OpenID Connect) and merges are not built yet; unauthenticated identities are")
+            throw IdentityError("InvalidParameterException", "\(name) is not served by this SyncLedger yet: OpenID Connect providers, merges and roles are not built; unauthenticated and developer-authenticated identities are")
         default:
             throw IdentityError("UnknownOperationException", "no Cognito Identity operation is named \(name.prefix(64))")
         }
+    }
+
+    /// The token of this server's own login provider in `Logins`, nil without `Logins`; any
+    /// other provider is refused (not verified yet).
+    private func ownLoginToken(_ json: JSON) throws -> String? {
+        guard let logins = try stringMap(json["Logins"], "Logins"), !logins.isEmpty else { return nil }
+        guard logins.count == 1, let token = logins[Ledger.openIdProvider] else {
+            throw IdentityError("NotAuthorizedException", "only \(Ledger.openIdProvider) tokens (GetOpenIdTokenForDeveloperIdentity) are verified by this SyncLedger yet; other providers are not built")
+        }
+        return token
     }
 
     private func refuseLogins(_ json: JSON) throws {

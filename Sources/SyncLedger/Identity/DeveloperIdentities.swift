@@ -1,0 +1,163 @@
+import Foundation
+import Crypto
+import LedgerStorage
+import Synchronization
+
+/// Developer-authenticated identities: the app's backend vouches for a user
+/// (GetOpenIdTokenForDeveloperIdentity, admin), the device trades the OpenID token this server
+/// signs for credentials (GetCredentialsForIdentity with
+/// `Logins["cognito-identity.amazonaws.com"]`).
+///
+/// Records of the pool's `identities` stream: `login/<provider>/<user>` → identity id, and
+/// `user/<identity>/<provider>` → user identifier (one per provider and identity).
+extension Ledger {
+    /// The login provider name of this server's own OpenID tokens, as in Cognito.
+    public static let openIdProvider = "cognito-identity.amazonaws.com"
+
+    /// The issuer (`iss`) of this server's OpenID tokens.
+    public static let openIdIssuer = "https://cognito-identity.amazonaws.com"
+
+    func identitySigningKey() throws -> P256.Signing.PrivateKey {
+        try P256.Signing.PrivateKey(rawRepresentation: try secrets.identitySigningKey())
+    }
+
+    /// The key id (`kid`) of the signing key: 16 hex digits of SHA-256 of its public key.
+    func identityKeyID(_ key: P256.Signing.PrivateKey) -> String {
+        SHA256.hash(data: key.publicKey.rawRepresentation).prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The public key that verifies this server's OpenID tokens, as a JWKS document.
+    public func openIdKeys() throws -> [String: Any] {
+        let key = try identitySigningKey()
+        let raw = Array(key.publicKey.rawRepresentation)  // x ‖ y, 32 bytes each
+        return ["keys": [["kty": "EC", "crv": "P-256", "alg": "ES256", "use": "sig", "kid": identityKeyID(key),
+                          "x": Base64URL.string(raw[0..<32]), "y": Base64URL.string(raw[32..<64])]]]
+    }
+
+    /// An OpenID token for `identity` of `pool`, valid for `duration` (ES256, this server's key):
+    /// `iss` Cognito's issuer, `sub` the identity, `aud` the pool, `amr` how it signed in.
+    public func openIdToken(pool: IdentityPoolID, identity: String, logins: [String], duration: Duration) throws -> String {
+        let key = try identitySigningKey()
+        let now = options.clock()
+        let header: [String: Any] = ["alg": "ES256", "typ": "JWT", "kid": identityKeyID(key)]
+        let claims: [String: Any] = ["iss": Self.openIdIssuer, "sub": identity, "aud": pool.rawValue,
+                                     "amr": logins.isEmpty ? ["unauthenticated"] : ["authenticated"] + logins,
+                                     "iat": now.milliseconds / 1000, "exp": now.adding(duration).milliseconds / 1000]
+        let h = try JSONSerialization.data(withJSONObject: header, options: [.sortedKeys, .withoutEscapingSlashes])
+        let c = try JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys, .withoutEscapingSlashes])
+        let input = Base64URL.string(Array(h)) + "." + Base64URL.string(Array(c))
+        return input + "." + Base64URL.string(Array(try key.signature(for: Array(input.utf8)).rawRepresentation))
+    }
+
+    /// The pool and identity of an OpenID token this server signed and that has not expired;
+    /// nil for anything else.
+    func verifyOpenIdToken(_ token: String) throws -> (pool: IdentityPoolID, identity: String)? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard token.utf8.count <= 8192, parts.count == 3,
+              let headerBytes = Base64URL.decode(Array(parts[0].utf8)[...]), let claimBytes = Base64URL.decode(Array(parts[1].utf8)[...]),
+              let signatureBytes = Base64URL.decode(Array(parts[2].utf8)[...]),
+              let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any], header["alg"] as? String == "ES256",
+              let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else { return nil }
+        let key = try identitySigningKey()
+        guard key.publicKey.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8)),
+              let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any],
+              claims["iss"] as? String == Self.openIdIssuer, let sub = claims["sub"] as? String, let aud = claims["aud"] as? String,
+              let exp = (claims["exp"] as? NSNumber)?.int64Value, options.clock().milliseconds < exp * 1000,
+              let pool = try? IdentityPoolID(aud) else { return nil }
+        return (pool, sub)
+    }
+
+    /// GetOpenIdTokenForDeveloperIdentity: the identity of the pool's developer user `user`
+    /// (linking it to `identity` when given, or making a new identity), and a token for it.
+    ///
+    /// - Throws: `.invalidParameter` when `provider` is not the pool's developer provider;
+    ///   `.alreadyRegistered` when the user is linked to another identity than `identity`;
+    ///   `.conflict` when `identity` already has another user of this provider; `.notFound` for
+    ///   an unknown pool or identity; `.limitExceeded` past the pool's identities.
+    public func developerIdentityToken(pool: IdentityPoolID, identity requested: String?, provider: String, user: String,
+                                       duration: Duration) async throws -> (identity: String, token: String) {
+        let definition = try requireIdentityPool(pool)
+        guard definition.developerProviderName == provider else {
+            throw LedgerError(.invalidParameter, "\(quoted(provider)) is not the developer provider of identity pool \(pool) (\(definition.developerProviderName ?? "none set"))")
+        }
+        guard (1...1024).contains(user.utf8.count) else { throw LedgerError(.invalidParameter, "a developer user identifier must be 1-1024 bytes") }
+        let stream = Self.identitiesStream(pool)
+        let now = options.clock()
+        let limit = options.limits.maxIdentitiesPerPool
+        let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"
+        let id = try await write { [self] txn -> String in
+            let view = try StoredDatasetView(txn: txn, schema: self.schema, stream: stream, streamID: try self.head(txn, stream)?.id ?? 0)
+            let loginKey = "login/\(provider)/\(user)"
+            if let linked = try view.record(loginKey)?.value {
+                if let requested, requested != linked {
+                    throw LedgerError(.alreadyRegistered, "developer user \(quoted(user)) is already linked to identity \(linked), not \(requested)")
+                }
+                return linked
+            }
+            var record: IdentityRecord
+            var events: [Event] = []
+            if let requested {
+                guard let text = try view.record("identity/\(requested)")?.value else {
+                    throw LedgerError(.notFound, "identity \(requested) does not exist in identity pool \(pool)")
+                }
+                record = try Self.decode(IdentityRecord.self, text, stream: stream)
+                if let other = try view.record("user/\(requested)/\(provider)")?.value, other != user {
+                    throw LedgerError(.conflict, "identity \(requested) is already linked to another user of \(provider)")
+                }
+            } else {
+                guard (view.dataset?.recordCount ?? 0) < UInt64(limit) else {
+                    throw LedgerError(.limitExceeded, "identity pool \(pool) has reached its limit of \(limit) records of identities")
+                }
+                record = IdentityRecord(id: "\(region):\(UUID().uuidString.lowercased())", logins: [], created: now, modified: now)
+                _ = try IdentityID(record.id)
+                _ = try self.append(txn, to: Self.identityIndexStream, author: "cognito-identity", events: [.put(key: record.id, value: pool.rawValue, deviceModified: nil)])
+            }
+            if !record.logins.contains(provider) { record.logins.append(provider) }
+            record.modified = now
+            events.append(.put(key: "identity/\(record.id)", value: Self.json(record), deviceModified: nil))
+            events.append(.put(key: loginKey, value: record.id, deviceModified: nil))
+            events.append(.put(key: "user/\(record.id)/\(provider)", value: user, deviceModified: nil))
+            _ = try self.append(txn, to: stream, author: "cognito-identity", events: events)
+            return record.id
+        }
+        let logins = try identity(pool: pool, id: id)?.logins ?? [provider]
+        return (id, try openIdToken(pool: pool, identity: id, logins: logins, duration: duration))
+    }
+
+    /// LookupDeveloperIdentity: the identity of a developer user, or the users of an identity.
+    /// - Throws: `.notFound` when neither is known; `.conflict` when both are given and differ.
+    public func lookupDeveloperIdentity(pool: IdentityPoolID, identity: String?, user: String?) throws -> (identity: String, users: [String]) {
+        let definition = try requireIdentityPool(pool)
+        guard let provider = definition.developerProviderName else {
+            throw LedgerError(.notFound, "identity pool \(pool) has no developer provider")
+        }
+        let stream = Self.identitiesStream(pool)
+        var id = identity
+        if let user {
+            guard let linked = try recordValue(stream, key: "login/\(provider)/\(user)") else { throw LedgerError(.notFound, "developer user \(quoted(user)) is not linked in \(pool)") }
+            if let identity, identity != linked { throw LedgerError(.conflict, "developer user \(quoted(user)) belongs to identity \(linked), not \(identity)") }
+            id = linked
+        }
+        guard let id, try self.identity(pool: pool, id: id) != nil else { throw LedgerError(.notFound, "no such identity in \(pool)") }
+        let users = try recordValue(stream, key: "user/\(id)/\(provider)").map { [$0] } ?? []
+        return (id, users)
+    }
+
+    /// UnlinkDeveloperIdentity: the user no longer signs in as the identity.
+    /// - Throws: `.notFound` when the user is not linked to that identity.
+    public func unlinkDeveloperIdentity(pool: IdentityPoolID, identity: String, provider: String, user: String, caller: String) async throws {
+        let stream = Self.identitiesStream(pool)
+        let now = options.clock()
+        try await appendSystem(stream, author: caller) { view in
+            guard try view.record("login/\(provider)/\(user)")?.value == identity,
+                  let text = try view.record("identity/\(identity)")?.value else {
+                throw LedgerError(.notFound, "developer user \(quoted(user)) of \(provider) is not linked to identity \(identity)")
+            }
+            var record = try Self.decode(IdentityRecord.self, text, stream: stream)
+            record.logins.removeAll { $0 == provider }
+            record.modified = now
+            return [.remove(key: "login/\(provider)/\(user)", deviceModified: nil), .remove(key: "user/\(identity)/\(provider)", deviceModified: nil),
+                    .put(key: "identity/\(identity)", value: Self.json(record), deviceModified: nil)]
+        }
+    }
+}
