@@ -105,15 +105,18 @@ struct Exchange: ~Copyable {
     let signer: SigV4Signer?
 
     mutating func send(_ method: HTTPMethod, _ path: String, _ query: String? = nil, _ body: [UInt8] = []) async throws -> (Int, [UInt8]) {
+        var headers = [("content-type", "application/json")]
+        if let signer { headers += signer.sign(method: method.rawValue, host: hostHeader, rawPath: path, rawQuery: query, body: body) }
+        return try await raw(method, path, query, headers: headers, body)
+    }
+
+    /// Sends a request with exactly these headers (plus host and content-length) and reads
+    /// the answer.
+    mutating func raw(_ method: HTTPMethod, _ path: String, _ query: String?, headers extra: [(String, String)], _ body: [UInt8]) async throws -> (Int, [UInt8]) {
         var headers = HTTPHeaders()
         headers.add(name: "host", value: hostHeader)
-        headers.add(name: "content-type", value: "application/json")
         headers.add(name: "content-length", value: "\(body.count)")
-        if let signer {
-            for (name, value) in signer.sign(method: method.rawValue, host: hostHeader, rawPath: path, rawQuery: query, body: body) {
-                headers.add(name: name, value: value)
-            }
-        }
+        for (name, value) in extra { headers.add(name: name, value: value) }
         let uri = query.map { "\(path)?\($0)" } ?? path
         var parts: [HTTPClientRequestPart] = [.head(HTTPRequestHead(version: .http1_1, method: method, uri: uri, headers: headers))]
         if !body.isEmpty { parts.append(.body(.byteBuffer(ByteBuffer(bytes: body)))) }

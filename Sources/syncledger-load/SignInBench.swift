@@ -44,39 +44,20 @@ struct SignInOptions {
     }
 }
 
-/// One connection's requests, in turn, as (status, body).
-private func exchange(_ connection: Connection, _ body: @escaping (_ send: (HTTPMethod, String, String?, [(String, String)], [UInt8]) async throws -> (Int, [UInt8])) async throws -> Void) async throws {
+/// Runs `body` with an exchange over a new keep-alive connection.
+private func withExchange(_ options: SignInOptions, group: any EventLoopGroup, _ body: (inout Exchange) async throws -> Void) async throws {
+    let connection = try await Connection.open(host: options.host, port: options.port, group: group)
     try await connection.channel.executeThenClose { inbound, outbound in
-        var responses = inbound.makeAsyncIterator()
-        try await body { method, path, query, extra, bytes in
-            var headers = HTTPHeaders()
-            for (name, value) in extra { headers.add(name: name, value: value) }
-            headers.add(name: "content-length", value: "\(bytes.count)")
-            var parts: [HTTPClientRequestPart] = [.head(HTTPRequestHead(version: .http1_1, method: method, uri: query.map { "\(path)?\($0)" } ?? path, headers: headers))]
-            if !bytes.isEmpty { parts.append(.body(.byteBuffer(ByteBuffer(bytes: bytes)))) }
-            parts.append(.end(nil))
-            try await outbound.write(contentsOf: parts)
-            var status = 0
-            var data: [UInt8] = []
-            while let part = try await responses.next() {
-                switch part {
-                case .head(let head): status = Int(head.status.code)
-                case .body(let buffer): data += buffer.readableBytesView
-                case .end: return (status, data)
-                }
-            }
-            throw Failure(description: "connection closed")
-        }
+        var exchange = Exchange(responses: inbound.makeAsyncIterator(), outbound: outbound, hostHeader: "\(options.host):\(options.port)", signer: nil)
+        try await body(&exchange)
     }
 }
 
-private func identityCall(_ send: (HTTPMethod, String, String?, [(String, String)], [UInt8]) async throws -> (Int, [UInt8]),
-                          host: String, target: String, _ object: [String: Any], signer: SigV4Signer? = nil) async throws -> [String: Any] {
+private func identityCall(_ exchange: inout Exchange, target: String, _ object: [String: Any], signer: SigV4Signer? = nil) async throws -> [String: Any] {
     let body = Array(try JSONSerialization.data(withJSONObject: object))
-    let base = [("content-type", "application/x-amz-json-1.1"), ("x-amz-target", "AWSCognitoIdentityService.\(target)")]
-    var headers = [("host", host)] + base
-    if let signer { headers += signer.sign(method: "POST", host: host, rawPath: "/", rawQuery: nil, headers: base, body: body) }
-    let (status, answer) = try await send(.POST, "/", nil, headers, body)
+    var headers = [("content-type", "application/x-amz-json-1.1"), ("x-amz-target", "AWSCognitoIdentityService.\(target)")]
+    if let signer { headers += signer.sign(method: "POST", host: exchange.hostHeader, rawPath: "/", rawQuery: nil, headers: headers, body: body) }
+    let (status, answer) = try await exchange.raw(.POST, "/", nil, headers: headers, body)
     guard status == 200, let json = try JSONSerialization.jsonObject(with: Data(answer)) as? [String: Any] else {
         throw Failure(description: "\(target) answered \(status): \(String(decoding: answer, as: UTF8.self))")
     }
@@ -93,8 +74,8 @@ func runSignInBenchmark() async throws {
     let identitySigner = SigV4Signer(accessKeyID: key, secretAccessKey: secret, service: "cognito-identity")
     let syncSigner = SigV4Signer(accessKeyID: key, secretAccessKey: secret)
     var pool = ""
-    try await exchange(try await Connection.open(host: options.host, port: options.port, group: group)) { send in
-        let made = try await identityCall(send, host: host, target: "CreateIdentityPool",
+    try await withExchange(options, group: group) { exchange in
+        let made = try await identityCall(&exchange, target: "CreateIdentityPool",
                                           ["IdentityPoolName": "sign in bench", "AllowUnauthenticatedIdentities": true], signer: identitySigner)
         pool = made["IdentityPoolId"] as? String ?? ""
     }
@@ -106,18 +87,17 @@ func runSignInBenchmark() async throws {
             for n in 0..<options.connections {
                 tasks.addTask {
                     var own: [Double] = []
-                    try await exchange(try await Connection.open(host: options.host, port: options.port, group: group)) { send in
+                    try await withExchange(options, group: group) { exchange in
                         let identity = "us-east-1:5160\(String(n, radix: 16))-0000-4000-8000-000000000001"
                         let path = "/identitypools/\(SigV4.uriEncode(poolID))/identities/\(SigV4.uriEncode(identity))/datasets/prefs/records"
                         while ContinuousClock.now < deadline {
                             let t = ContinuousClock.now
                             if signIn {
-                                let got = try await identityCall(send, host: host, target: "GetId", ["IdentityPoolId": poolID])
-                                _ = try await identityCall(send, host: host, target: "GetCredentialsForIdentity", ["IdentityId": got["IdentityId"] as? String ?? ""])
+                                let got = try await identityCall(&exchange, target: "GetId", ["IdentityPoolId": poolID])
+                                _ = try await identityCall(&exchange, target: "GetCredentialsForIdentity", ["IdentityId": got["IdentityId"] as? String ?? ""])
                             } else {
-                                var headers = [("host", host)]
-                                headers += syncSigner.sign(method: "GET", host: host, rawPath: path, rawQuery: "lastSyncCount=0", body: [])
-                                let (status, answer) = try await send(.GET, path, "lastSyncCount=0", headers, [])
+                                let headers = syncSigner.sign(method: "GET", host: host, rawPath: path, rawQuery: "lastSyncCount=0", body: [])
+                                let (status, answer) = try await exchange.raw(.GET, path, "lastSyncCount=0", headers: headers, [])
                                 guard status == 200 else { throw Failure(description: "ListRecords answered \(status): \(String(decoding: answer, as: UTF8.self))") }
                             }
                             own.append(seconds(ContinuousClock.now - t))
