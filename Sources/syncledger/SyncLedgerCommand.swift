@@ -25,7 +25,7 @@ struct SyncLedgerCommand: AsyncParsableCommand {
         version: version,
         subcommands: [
             Serve.self, Credentials.self, Put.self, Get.self, Remove.self, Log.self, History.self, Replay.self,
-            Verify.self, RebuildViews.self, Export.self, Import.self, Dict.self, Push.self, Devices.self, Messages.self,
+            Verify.self, RebuildViews.self, Export.self, Import.self, Dict.self, Push.self, Devices.self, Messages.self, Identities.self,
         ]
     )
 

@@ -286,3 +286,27 @@ def test_developer_authenticated_identities_get_credentials_with_the_servers_tok
     # Only the admin mints tokens.
     assert error_of(anonymous.get_open_id_token_for_developer_identity, IdentityPoolId=pid,
                     Logins={"login.notes.example": "user-19"})[:2] == ("NotAuthorizedException", 400)
+
+
+def test_the_command_line_lists_pools_and_identities(server, admin, anonymous):
+    binary = os.environ.get("SYNCLEDGER_BIN", "syncledger")
+
+    def cli(*args):
+        out = subprocess.run([binary, "identities", *args, "--data", server.data_dir], capture_output=True, text=True, timeout=60)
+        return out.returncode, out.stdout, out.stderr
+
+    pid = admin.create_identity_pool(IdentityPoolName="Cli Pool", AllowUnauthenticatedIdentities=True,
+                                     DeveloperProviderName="login.cli.example")["IdentityPoolId"]
+    guest = anonymous.get_id(IdentityPoolId=pid)["IdentityId"]
+    member = admin.get_open_id_token_for_developer_identity(IdentityPoolId=pid, Logins={"login.cli.example": "u-1"})["IdentityId"]
+    code, out, err = cli("pools", "--json")
+    pools = {p["identityPoolId"]: p for p in map(json.loads, out.splitlines())}
+    assert code == 0 and pools[pid]["name"] == "Cli Pool" and pools[pid]["developerProviderName"] == "login.cli.example", err
+    code, out, err = cli("list", "--identity-pool-id", pid, "--json")
+    listed = {i["identityId"]: i for i in map(json.loads, out.splitlines())}
+    assert code == 0 and set(listed) == {guest, member}, err
+    assert listed[guest]["logins"] == [] and listed[member]["logins"] == ["login.cli.example"]
+    code, out, err = cli("show", member)
+    assert code == 0 and f"{member} in identity pool {pid}" in out and "login.cli.example" in out, err
+    code, out, err = cli("show", "us-east-1:00000000-0000-0000-0000-000000000000")
+    assert code == 1 and err.startswith("syncledger: there is no identity") and len(err.strip().splitlines()) == 1
