@@ -184,7 +184,7 @@ extension Ledger {
             }
             if code == nil {
                 // A device of this identity and platform whose token was reported dead: revive it.
-                for (key, linkedCode) in try change.liveKeys(prefix: "linked/\(who)/") where key.hasPrefix("linked/") && linkedCode == "1" {
+                for (key, _) in try change.liveKeys(prefix: "linked/\(who)/") {
                     let candidate = String(key.split(separator: "/").last ?? "")
                     if let d = try change.device(candidate), d.platform == platform, d.disabledAt != nil { code = candidate; break }
                 }

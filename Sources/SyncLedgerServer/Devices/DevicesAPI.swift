@@ -45,14 +45,14 @@ extension CognitoAPI {
             let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
             let subscribeAll = try boolean(json["SubscribeAll"], "SubscribeAll")
             let device = try await ledger.login(pool: try IdentityPoolID(poolText), identity: try IdentityID(identityText), code: code, subscribeAll: subscribeAll)
-            return (.json(deviceBody(device, wrapped: true)), "LoginDevice", who)
+            return (.json(deviceBody(device)), "LoginDevice", who)
         case ("POST", "logout"?, 2):
             try requireLeader("LogoutDevice")
             let json = try body(request)
             let pool = try poolFor(credential, json["IdentityPoolId"])
             let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
             let device = try await ledger.logout(pool: pool, caller: registryCaller(credential), code: code)
-            return (.json(deviceBody(device, wrapped: true)), "LogoutDevice", who)
+            return (.json(deviceBody(device)), "LogoutDevice", who)
         case ("POST", "notify"?, 2):
             try requireLeader("NotifyDevices")
             guard case .admin = credential.scope else {
@@ -92,12 +92,12 @@ extension CognitoAPI {
             guard let device = try await offPool({ try ledger.device(pool: pool, id: code) }), caller.mayReach(device) else {
                 throw WireError.notFound("no device with code \"\(code)\" in identity pool \(pool) that these credentials may use")
             }
-            return (.json(deviceBody(device, wrapped: true)), "DescribeDevice", who)
+            return (.json(deviceBody(device)), "DescribeDevice", who)
         case ("DELETE", let code?, 2):
             try requireLeader("DeleteDevice")
             let pool = try poolFor(credential, queryValue(query, "IdentityPoolId").map { .string($0) })
             let device = try await ledger.removeDevice(pool: pool, caller: registryCaller(credential), code: code)
-            return (.json(deviceBody(device, wrapped: true)), "DeleteDevice", who)
+            return (.json(deviceBody(device)), "DeleteDevice", who)
         default:
             throw WireError.unknownOperation("no device operation is \(request.method) \(request.rawPath.prefix(200))")
         }
@@ -188,7 +188,7 @@ extension CognitoAPI {
         return w
     }
 
-    private func deviceBody(_ device: Device, wrapped: Bool) -> JSONWriter {
+    private func deviceBody(_ device: Device) -> JSONWriter {
         var w = JSONWriter()
         w.beginObject(); w.key("Device"); writeDevice(&w, device); w.endObject()
         return w
