@@ -22,7 +22,7 @@ extension CognitoAPI {
         w.member("Count", int: page.records.count)
         w.member("DatasetSyncCount", int: page.datasetSyncCount)
         w.member("LastModifiedBy", page.lastModifiedBy)
-        w.key("MergedDatasetNames"); w.beginArray(); w.endArray()
+        w.key("MergedDatasetNames"); w.beginArray(); for name in page.mergedDatasetNames { w.string(name) }; w.endArray()
         w.member("DatasetExists", bool: page.datasetExists)
         w.member("DatasetDeletedAfterRequestedSyncCount", bool: page.datasetDeletedAfterRequestedSyncCount)
         w.member("SyncSessionToken", page.syncSessionToken)

@@ -92,7 +92,7 @@ struct CognitoAPI: Sendable {
             return WireResponse(status: 200, headers: [("content-type", "application/json")], body: Array(body))
         }
         if segments.isEmpty, request.method == "POST", let target = request.header("x-amz-target"), target.hasPrefix(Self.identityTargetPrefix) {
-            if let leader = followedLeader, !["DescribeIdentityPool", "ListIdentityPools", "DescribeIdentity", "ListIdentities"].contains(String(target.dropFirst(Self.identityTargetPrefix.count))) {
+            if let leader = followedLeader, !["DescribeIdentityPool", "ListIdentityPools", "DescribeIdentity", "ListIdentities", "LookupDeveloperIdentity"].contains(String(target.dropFirst(Self.identityTargetPrefix.count))) {
                 throw WireError.notAuthorized("this server is a read-only follower of \(leader); send Cognito Identity calls to the leader")
             }
             return await handleIdentity(request, target: target, query: query, operation: &operation)

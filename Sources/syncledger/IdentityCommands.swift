@@ -5,40 +5,23 @@ import SyncLedger
 /// `syncledger identities`: Cognito Identity's pools and identities, on a data directory.
 struct Identities: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Cognito Identity: identity pools and their identities (list, show).",
+        abstract: "Cognito Identity: identity pools, their identities, merges and OpenID Connect providers.",
         discussion: """
-            Pools and identities are records of each pool's system streams (docs/identity.md); these \
-            commands read them beside a running server. Merging and disabling identities are not \
-            built yet (issue 11).
+            Pools, identities and their links are records of each pool's system streams \
+            (docs/identity.md); these commands read and change them beside a running server, each \
+            change one log entry.
             """,
-        subcommands: [Pools.self, List.self, Show.self])
+        subcommands: [IdentityPoolCommands.self, List.self, Show.self, Merge.self, Disable.self])
 
     static func json(_ r: IdentityRecord, pool: String) -> JSON {
         .object([("identityId", .string(r.id)), ("identityPoolId", .string(pool)), ("logins", .array(r.logins.map { .string($0) })),
-                 ("created", .time(r.created)), ("modified", .time(r.modified))])
+                 ("created", .time(r.created)), ("modified", .time(r.modified)), ("disabled", .string(r.disabled)),
+                 ("mergedInto", .string(r.mergedInto))])
     }
 
-    /// `syncledger identities pools`.
-    struct Pools: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "The identity pools created with CreateIdentityPool.")
-        @OptionGroup var data: DataDirectory
-        @Flag(help: "One JSON object per pool.") var json = false
-
-        func run() async throws {
-            let ledger = try data.open()
-            defer { ledger.close() }
-            let pools = try ledger.identityPools()
-            for p in pools {
-                if json {
-                    printLine(.object([("identityPoolId", .string(p.id)), ("name", .string(p.name)),
-                                       ("allowUnauthenticatedIdentities", .bool(p.allowUnauthenticatedIdentities)),
-                                       ("developerProviderName", .string(p.developerProviderName)), ("created", .time(p.created))]))
-                } else {
-                    print("\(p.id)  \(p.name)  unauthenticated \(p.allowUnauthenticatedIdentities ? "allowed" : "refused")" + (p.developerProviderName.map { "  developer provider \($0)" } ?? ""))
-                }
-            }
-            if !json, pools.isEmpty { print("no identity pools") }
-        }
+    static func json(_ m: MergedDataset) -> JSON {
+        .object([("dataset", .string(m.child)), ("mergedFrom", .string(m.sourceIdentity)), ("sourceDataset", .string(m.sourceDataset)),
+                 ("sourceSyncCount", .uint(m.sourceSyncCount)), ("reportedUnder", .string(m.root)), ("merged", .time(m.merged))])
     }
 
     /// `syncledger identities list`.
@@ -82,10 +65,66 @@ struct Identities: AsyncParsableCommand {
             guard let pool = try ledger.poolOfIdentity(id), let record = try ledger.identity(pool: pool, id: id) else {
                 throw LedgerError(.notFound, "there is no identity \(id)")
             }
-            if json { printLine(Identities.json(record, pool: pool.rawValue)); return }
+            let merges = try ledger.merges(pool: pool, identity: record.id)
+            if json {
+                guard case .object(var fields) = Identities.json(record, pool: pool.rawValue) else { return }
+                fields.append(("merges", .array(merges.map(Identities.json))))
+                printLine(.object(fields))
+                return
+            }
             print("\(record.id) in identity pool \(pool)")
+            if let reason = record.disabled { print("  DISABLED: \(reason)") }
             print("  logins: \(record.logins.isEmpty ? "none (unauthenticated)" : record.logins.joined(separator: ", "))")
             print("  created \(ISOTime.format(record.created)), last changed \(ISOTime.format(record.modified))")
+            for m in merges {
+                print("  merged: \(m.child) copies \(m.sourceIdentity)/\(m.sourceDataset) at sync count \(m.sourceSyncCount) (\(ISOTime.format(m.merged)))")
+            }
+        }
+    }
+
+    /// `syncledger identities merge`.
+    struct Merge: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Merge one identity into another, as Cognito does.",
+            discussion: """
+                The source's logins move to the destination, each of its datasets D becomes D.<source> \
+                of the destination (ListRecords of D reports it in MergedDatasetNames), and the source \
+                is disabled. One log entry set, all or nothing; the source's history stays.
+                """)
+        @OptionGroup var data: DataDirectory
+        @Option(name: .customLong("identity-pool-id"), help: "The identity pool.") var pool: String
+        @Option(help: "The identity merged away (disabled afterwards).") var source: String
+        @Option(help: "The identity that survives.") var destination: String
+        @Flag(help: "One JSON object.") var json = false
+
+        func run() async throws {
+            let ledger = try data.open()
+            defer { ledger.close() }
+            let summary = try await ledger.mergeIdentities(pool: try IdentityPoolID(pool), source: source, into: destination, caller: "cli")
+            if json {
+                printLine(.object([("survivor", .string(summary.survivor)), ("merged", .array(summary.merged.map { .string($0) })),
+                                   ("datasets", .array(summary.datasets.map(Identities.json)))]))
+                return
+            }
+            print("merged \(source) into \(destination): \(summary.datasets.count) dataset(s) copied")
+            for m in summary.datasets { print("  \(m.sourceDataset) -> \(m.child)") }
+        }
+    }
+
+    /// `syncledger identities disable`.
+    struct Disable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Disable an identity: no more credentials, its temporary ones stop at once; its data and history stay.")
+        @OptionGroup var data: DataDirectory
+        @Argument(help: "The identity id.") var id: String
+        @Option(help: "Why (shown by identities show).") var reason = ""
+
+        func run() async throws {
+            let ledger = try data.open()
+            defer { ledger.close() }
+            guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "there is no identity \(id)") }
+            try await ledger.disableIdentity(pool: pool, identity: id, reason: reason, caller: "cli")
+            print("disabled \(id)")
         }
     }
 }

@@ -170,11 +170,11 @@ def test_unsigned_callers_reach_get_id_and_credentials_only(anonymous, admin):
                          (anonymous.delete_identity_pool, {"IdentityPoolId": pid})]:
         assert error_of(call, **kwargs)[:2] == ("NotAuthorizedException", 400)  # Cognito Identity: every client error is 400
     assert admin.describe_identity_pool(IdentityPoolId=pid)["IdentityPoolName"] == "Closed"
-    # Not served yet, said plainly; logins refused rather than ignored.
+    # A provider the pool does not have is refused, never ignored.
     code, _, message = error_of(anonymous.get_id, IdentityPoolId=pid, Logins={"accounts.google.com": "token"})
-    assert code == "NotAuthorizedException" and "not verified" in message
-    code, _, message = error_of(admin.merge_developer_identities, IdentityPoolId=pid, SourceUserIdentifier="a",
-                                DestinationUserIdentifier="b", DeveloperProviderName="login.x")
+    assert code == "NotAuthorizedException" and "not a login provider of identity pool" in message
+    # Roles are not served, said plainly.
+    code, _, message = error_of(admin.get_identity_pool_roles, IdentityPoolId=pid)
     assert code == "InvalidParameterException" and "not served" in message
     assert error_of(anonymous.get_id, IdentityPoolId=new_id())[:2] == ("ResourceNotFoundException", 400)
     assert error_of(anonymous.get_credentials_for_identity, IdentityId=new_id())[:2] == ("ResourceNotFoundException", 400)

@@ -61,6 +61,9 @@ public struct RecordsPage: Sendable {
     public var lastModifiedBy: String?
     /// The sync session token for ``Ledger/updateRecords(_:patches:deviceID:caller:sessionToken:)``.
     public var syncSessionToken: String
+    /// The datasets an identity merge copied into this identity under this dataset's name
+    /// (`<name>.<merged identity>`), until they or this dataset are deleted.
+    public var mergedDatasetNames: [String] = []
 }
 
 /// A dataset's metadata as Cognito describes it.

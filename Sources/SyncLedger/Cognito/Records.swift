@@ -28,7 +28,8 @@ extension Ledger {
         }
         var page = try read { txn -> RecordsPage in
             guard let head = try head(txn, stream) else {
-                return RecordsPage(records: [], nextToken: nil, datasetSyncCount: 0, datasetExists: false, datasetDeletedAfterRequestedSyncCount: false, lastModifiedBy: nil, syncSessionToken: "")
+                return RecordsPage(records: [], nextToken: nil, datasetSyncCount: 0, datasetExists: false, datasetDeletedAfterRequestedSyncCount: false, lastModifiedBy: nil, syncSessionToken: "",
+                                   mergedDatasetNames: try mergedDatasetNames(txn, stream, rootDeletes: 0))
             }
             let meta = try dataset(txn, id: head.id, stream: stream)
             var records: [Record] = []
@@ -61,7 +62,8 @@ extension Ledger {
                 // A device that never synced (0) holds nothing a delete could have removed; the
                 // JavaScript and Android SDKs would wipe and cancel on `true` alone.
                 datasetDeletedAfterRequestedSyncCount: lastSyncCount > 0 && (meta?.lastDeleteSyncCount ?? 0) > lastSyncCount,
-                lastModifiedBy: meta?.lastModifiedBy, syncSessionToken: "")
+                lastModifiedBy: meta?.lastModifiedBy, syncSessionToken: "",
+                mergedDatasetNames: try mergedDatasetNames(txn, stream, rootDeletes: meta?.lastDeleteSyncCount ?? 0))
         }
         if let sessionToken, (try? checkSessionToken(sessionToken, for: stream)) != nil {
             page.syncSessionToken = sessionToken

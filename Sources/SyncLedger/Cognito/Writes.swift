@@ -91,7 +91,10 @@ extension Ledger {
     /// - Parameter check: sees the view before the entry (conflicts, existence); it may return
     ///   a subset of the change's events to write instead (an offline merge's partial mode).
     /// - Throws: `.limitExceeded`, or what `check` throws; nothing is written then.
-    func appendUser(_ txn: Transaction, to stream: StreamName, origin: ChangeOrigin, change: UserChange,
+    /// - Parameter admission: `.merge` admits a new dataset past the identity's dataset limits
+    ///   (an identity merge brings the source's datasets over whatever the count; they count
+    ///   toward the limits afterwards, as in Cognito). Every other rule applies.
+    func appendUser(_ txn: Transaction, to stream: StreamName, origin: ChangeOrigin, change: UserChange, admission: Admission = .normal,
                     check: (StoredDatasetView) throws -> [Event]? = { _ in nil }) throws -> (entry: LogEntry, view: StoredDatasetView) {
         precondition(change.stream == stream, "a change is appended to the stream it was checked for")
         let limits = options.limits
@@ -110,7 +113,7 @@ extension Ledger {
             }
             // A new dataset name, or a dataset brought back to life: the identity's counts apply.
             let wasLive = view.dataset.map { !$0.deleted } ?? false
-            guard view.dataset == nil || (!wasLive && events.contains(where: { $0.key != nil })) else { return }
+            guard admission == .normal, view.dataset == nil || (!wasLive && events.contains(where: { $0.key != nil })) else { return }
             let (liveCount, names) = try datasetCounts(txn, pool: stream.pool, identity: stream.identity)
             if liveCount >= limits.maxDatasetsPerIdentity {
                 throw LedgerError(.limitExceeded, "identity \(stream.identity) already has \(liveCount) datasets; the limit is \(limits.maxDatasetsPerIdentity)", stream: stream)
@@ -135,6 +138,14 @@ extension Ledger {
                 throw LedgerError(.limitExceeded, "the dataset's removed-record markers would hold \(meta.tombstoneBytes) bytes of keys; the limit is \(limits.maxTombstoneBytesPerDataset) (deleting the dataset clears them)", stream: stream)
             }
         }, events: { events })
+    }
+
+    /// Which identity-wide limits a new dataset must pass.
+    enum Admission: Sendable {
+        /// All of them.
+        case normal
+        /// None: the dataset is an identity merge's copy.
+        case merge
     }
 
     /// The identity's live datasets and the dataset names it has used (deleted ones included).

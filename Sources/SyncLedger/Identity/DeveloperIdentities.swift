@@ -8,8 +8,7 @@ import Synchronization
 /// signs for credentials (GetCredentialsForIdentity with
 /// `Logins["cognito-identity.amazonaws.com"]`).
 ///
-/// Records of the pool's `identities` stream: `login/<provider>/<user>` → identity id, and
-/// `user/<identity>/<provider>` → user identifier (one per provider and identity).
+/// The links are records of the pool's `identities` stream (see ``Login`` and Logins.swift).
 extension Ledger {
     /// The login provider name of this server's own OpenID tokens, as in Cognito.
     public static let openIdProvider = "cognito-identity.amazonaws.com"
@@ -81,31 +80,36 @@ extension Ledger {
             throw LedgerError(.invalidParameter, "\(quoted(provider)) is not the developer provider of identity pool \(pool) (\(definition.developerProviderName ?? "none set"))")
         }
         guard (1...1024).contains(user.utf8.count) else { throw LedgerError(.invalidParameter, "a developer user identifier must be 1-1024 bytes") }
-        let stream = Self.identitiesStream(pool)
         let now = options.clock()
         let limit = options.limits.maxIdentitiesPerPool
         let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"
+        let login = Login(provider: provider, subject: user)
         let id = try await write { [self] txn -> String in
-            let view = try StoredDatasetView(txn: txn, schema: self.schema, stream: stream, streamID: try self.head(txn, stream)?.id ?? 0)
-            let loginKey = "login/\(provider)/\(user)"
-            if let linked = try view.record(loginKey)?.value {
+            var edit = try IdentityEdit(txn, ledger: self, pool: pool)
+            if let linked = try edit.owner(login) {
                 if let requested, requested != linked {
                     throw LedgerError(.alreadyRegistered, "developer user \(quoted(user)) is already linked to identity \(linked), not \(requested)")
+                }
+                guard let record = try edit.identity(linked), record.isEnabled else {
+                    throw LedgerError(.notAuthorized, "the identity \(linked) of developer user \(quoted(user)) is disabled")
                 }
                 return linked
             }
             var record: IdentityRecord
-            var events: [Event] = []
             if let requested {
-                guard let text = try view.record("identity/\(requested)")?.value else {
+                guard let found = try edit.identity(requested) else {
                     throw LedgerError(.notFound, "identity \(requested) does not exist in identity pool \(pool)")
                 }
-                record = try Self.decode(IdentityRecord.self, text, stream: stream)
-                if let other = try view.record("user/\(requested)/\(provider)")?.value, other != user {
-                    throw LedgerError(.conflict, "identity \(requested) is already linked to another user of \(provider)")
+                guard found.isEnabled else { throw LedgerError(.notAuthorized, "identity \(requested) is disabled (\(found.disabled ?? ""))") }
+                if let other = try edit.logins(of: requested).first(where: { $0.provider == provider }) {
+                    throw LedgerError(.conflict, "identity \(requested) is already linked to another user of \(provider) (\(quoted(other.subject)))")
                 }
+                guard try edit.logins(of: requested).count < Self.maxLoginsPerIdentity else {
+                    throw LedgerError(.limitExceeded, "identity \(requested) has \(Self.maxLoginsPerIdentity) logins, the limit")
+                }
+                record = found
             } else {
-                guard (view.dataset?.recordCount ?? 0) < UInt64(limit) else {
+                guard (edit.view.dataset?.recordCount ?? 0) < UInt64(limit) else {
                     throw LedgerError(.limitExceeded, "identity pool \(pool) has reached its limit of \(limit) records of identities")
                 }
                 record = IdentityRecord(id: "\(region):\(UUID().uuidString.lowercased())", logins: [], created: now, modified: now)
@@ -114,17 +118,17 @@ extension Ledger {
             }
             if !record.logins.contains(provider) { record.logins.append(provider) }
             record.modified = now
-            events.append(.put(key: "identity/\(record.id)", value: Self.json(record), deviceModified: nil))
-            events.append(.put(key: loginKey, value: record.id, deviceModified: nil))
-            events.append(.put(key: "user/\(record.id)/\(provider)", value: user, deviceModified: nil))
-            _ = try self.append(txn, to: stream, author: "cognito-identity", events: events)
+            edit.put(record)
+            try edit.link(login, to: record.id)
+            _ = try self.append(txn, to: edit.stream, author: "cognito-identity", events: edit.events())
             return record.id
         }
         let logins = try identity(pool: pool, id: id)?.logins ?? [provider]
         return (id, try openIdToken(pool: pool, identity: id, logins: logins, duration: duration))
     }
 
-    /// LookupDeveloperIdentity: the identity of a developer user, or the users of an identity.
+    /// LookupDeveloperIdentity: the identity of a developer user, or the users of an identity
+    /// (several after MergeDeveloperIdentities).
     /// - Throws: `.notFound` when neither is known; `.conflict` when both are given and differ.
     public func lookupDeveloperIdentity(pool: IdentityPoolID, identity: String?, user: String?) throws -> (identity: String, users: [String]) {
         let definition = try requireIdentityPool(pool)
@@ -134,30 +138,32 @@ extension Ledger {
         let stream = Self.identitiesStream(pool)
         var id = identity
         if let user {
-            guard let linked = try recordValue(stream, key: "login/\(provider)/\(user)") else { throw LedgerError(.notFound, "developer user \(quoted(user)) is not linked in \(pool)") }
+            guard let linked = try recordValue(stream, key: Self.loginKey(Login(provider: provider, subject: user))) else {
+                throw LedgerError(.notFound, "developer user \(quoted(user)) is not linked in \(pool)")
+            }
             if let identity, identity != linked { throw LedgerError(.conflict, "developer user \(quoted(user)) belongs to identity \(linked), not \(identity)") }
             id = linked
         }
         guard let id, try self.identity(pool: pool, id: id) != nil else { throw LedgerError(.notFound, "no such identity in \(pool)") }
-        let users = try recordValue(stream, key: "user/\(id)/\(provider)").map { [$0] } ?? []
+        let users = try records(stream, prefix: Self.userPrefix(id) + provider + "|").map(\.1)
         return (id, users)
     }
 
     /// UnlinkDeveloperIdentity: the user no longer signs in as the identity.
     /// - Throws: `.notFound` when the user is not linked to that identity.
     public func unlinkDeveloperIdentity(pool: IdentityPoolID, identity: String, provider: String, user: String, caller: String) async throws {
-        let stream = Self.identitiesStream(pool)
         let now = options.clock()
-        try await appendSystem(stream, author: caller) { view in
-            guard try view.record("login/\(provider)/\(user)")?.value == identity,
-                  let text = try view.record("identity/\(identity)")?.value else {
+        let login = Login(provider: provider, subject: user)
+        try await write { [self] txn in
+            var edit = try IdentityEdit(txn, ledger: self, pool: pool)
+            guard try edit.owner(login) == identity, var record = try edit.identity(identity) else {
                 throw LedgerError(.notFound, "developer user \(quoted(user)) of \(provider) is not linked to identity \(identity)")
             }
-            var record = try Self.decode(IdentityRecord.self, text, stream: stream)
-            record.logins.removeAll { $0 == provider }
+            edit.unlink(login, from: identity)
+            record.logins = IdentityEdit.providers(try edit.logins(of: identity))
             record.modified = now
-            return [.remove(key: "login/\(provider)/\(user)", deviceModified: nil), .remove(key: "user/\(identity)/\(provider)", deviceModified: nil),
-                    .put(key: "identity/\(identity)", value: Self.json(record), deviceModified: nil)]
+            edit.put(record)
+            _ = try self.append(txn, to: edit.stream, author: caller, events: edit.events())
         }
     }
 }

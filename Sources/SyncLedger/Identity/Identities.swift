@@ -14,6 +14,24 @@ public struct IdentityRecord: Sendable, Hashable, Codable {
     public var created: Timestamp
     /// When it last changed.
     public var modified: Timestamp
+    /// The identity it was merged into, when it was (it is disabled then).
+    public var mergedInto: String?
+    /// Why it is disabled (merged, or `syncledger identities disable`), nil while enabled.
+    /// A disabled identity gets no credentials; its datasets and history stay in the log.
+    public var disabled: String?
+
+    /// Whether it may sign in.
+    public var isEnabled: Bool { disabled == nil }
+
+    /// A record.
+    public init(id: String, logins: [String], created: Timestamp, modified: Timestamp, mergedInto: String? = nil, disabled: String? = nil) {
+        self.id = id
+        self.logins = logins
+        self.created = created
+        self.modified = modified
+        self.mergedInto = mergedInto
+        self.disabled = disabled
+    }
 }
 
 /// Temporary credentials for one identity (GetCredentialsForIdentity).
@@ -82,7 +100,8 @@ extension Ledger {
     }
 
     /// The identities of `pool` after `nextToken`, at most `maxResults` (1-60).
-    public func identities(pool: IdentityPoolID, maxResults: Int, nextToken: String?) throws -> (identities: [IdentityRecord], nextToken: String?) {
+    /// With `hideDisabled`, disabled (merged) identities are left out.
+    public func identities(pool: IdentityPoolID, maxResults: Int, nextToken: String?, hideDisabled: Bool = false) throws -> (identities: [IdentityRecord], nextToken: String?) {
         _ = try requireIdentityPool(pool)
         var after = ""
         if let nextToken {
@@ -95,7 +114,8 @@ extension Ledger {
         }
         let stream = Self.identitiesStream(pool)
         let all = try records(stream, prefix: "identity/").filter { $0.0 > "identity/\(after)" || after.isEmpty }
-        let page = try all.prefix(maxResults).map { try Self.decode(IdentityRecord.self, $0.1, stream: stream) }
+            .map { try Self.decode(IdentityRecord.self, $0.1, stream: stream) }.filter { !hideDisabled || $0.isEnabled }
+        let page = Array(all.prefix(maxResults))
         let next = all.count > maxResults ? page.last.map { SignedToken.sign(Array("\(pool)\u{0}\($0.id)".utf8), kind: .identitiesPage, key: tokenKey) } : nil
         return (page, next)
     }
@@ -121,8 +141,10 @@ extension Ledger {
 
     // MARK: Temporary credentials
 
-    /// Temporary credentials for an unauthenticated identity (GetCredentialsForIdentity
-    /// without logins), valid for `lifetime`.
+    /// Temporary credentials for an identity (GetCredentialsForIdentity), valid for
+    /// `lifetime`: an unauthenticated one, one this server's OpenID token proves
+    /// (`openIdToken`), or one ``signIn(pool:identity:proven:logins:caller:)`` came to
+    /// (`signedIn`).
     ///
     /// Nothing is stored: the session token carries the access key id, pool, identity and
     /// expiry under the server's HMAC key, and the secret is an HMAC of the token. So a caller
@@ -131,12 +153,17 @@ extension Ledger {
     ///   with logins (they need their logins) or a pool that no longer allows unauthenticated
     ///   identities.
     public func credentialsForIdentity(pool: IdentityPoolID, id: String, lifetime: Duration = Credential.defaultTemporaryLifetime,
-                                       openIdToken: String? = nil) throws -> IdentityCredentials {
+                                       openIdToken: String? = nil, signedIn: Bool = false) throws -> IdentityCredentials {
         let definition = try requireIdentityPool(pool)
         guard let record = try identity(pool: pool, id: id) else {
             throw LedgerError(.notFound, "identity \(id) does not exist in identity pool \(pool)")
         }
-        if let openIdToken {
+        guard record.isEnabled else {
+            throw LedgerError(.notAuthorized, "identity \(id) is disabled (\(record.disabled ?? "")); sign in with its logins to get the identity it was merged into")
+        }
+        if signedIn {
+            // ``signIn(pool:identity:proven:logins:caller:)`` proved it with its logins.
+        } else if let openIdToken {
             // An authenticated identity proves itself with a token this server signed for it.
             guard let vouched = try verifyOpenIdToken(openIdToken), vouched.pool == pool, vouched.identity == id else {
                 throw LedgerError(.notAuthorized, "the \(Self.openIdProvider) token is not valid for identity \(id): forged, expired, or for another identity")
@@ -167,7 +194,8 @@ extension Ledger {
     }
 
     /// The credential behind a temporary access key and its session token, when this server
-    /// issued them, they have not expired, and the identity still exists; nil otherwise.
+    /// issued them, they have not expired, and the identity still exists and is enabled; nil
+    /// otherwise (so a merge or `identities disable` ends them at once).
     public func temporaryCredential(accessKeyID: String, sessionToken: String?) throws -> Credential? {
         guard accessKeyID.hasPrefix("ASIA"), let sessionToken, sessionToken.utf8.count <= 2048,
               let payload = SignedToken.open(sessionToken, kind: .identityCredential, key: tokenKey) else { return nil }
@@ -176,7 +204,7 @@ extension Ledger {
               let expires = try? r.signed(), let poolText = try? r.string(), let id = try? r.string(),
               (try? r.expectEnd()) != nil, let pool = try? IdentityPoolID(poolText) else { return nil }
         let expiration = Timestamp(milliseconds: expires)
-        guard options.clock() < expiration, try identityPool(pool) != nil, try identity(pool: pool, id: id) != nil else { return nil }
+        guard options.clock() < expiration, try identityPool(pool) != nil, try identity(pool: pool, id: id)?.isEnabled == true else { return nil }
         return Credential(accessKeyID: accessKeyID, secretAccessKey: identitySecret(token: sessionToken), sessionToken: sessionToken,
                           scope: .identity(pool: pool.rawValue, identity: id), expires: expiration)
     }

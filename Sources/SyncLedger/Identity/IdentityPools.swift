@@ -13,20 +13,46 @@ public struct IdentityPoolDefinition: Sendable, Hashable, Codable {
     public var allowUnauthenticatedIdentities: Bool
     /// The developer provider's name (`[\w._-]`, 1-128), fixed once set.
     public var developerProviderName: String?
-    /// Login providers by domain → app id (kept; verified logins are not served yet).
+    /// Login providers by name → app id. A name that is a configured OpenID Connect
+    /// provider (``OpenIDProvider``) signs users in, with the app id as one more accepted
+    /// audience; other names (graph.facebook.com, …) are kept but cannot be verified here.
     public var supportedLoginProviders: [String: String]
+    /// The OpenID Connect providers whose tokens sign users in:
+    /// `arn:aws:iam::<account>:oidc-provider/<name>`, `<name>` a provider configured with
+    /// `syncledger identities providers add`.
+    public var openIdConnectProviderARNs: [String]?
     /// When it was created.
     public var created: Timestamp
 
     /// A definition.
     public init(id: String, name: String, allowUnauthenticatedIdentities: Bool, developerProviderName: String? = nil,
-                supportedLoginProviders: [String: String] = [:], created: Timestamp) {
+                supportedLoginProviders: [String: String] = [:], openIdConnectProviderARNs: [String] = [], created: Timestamp) {
         self.id = id
         self.name = name
         self.allowUnauthenticatedIdentities = allowUnauthenticatedIdentities
         self.developerProviderName = developerProviderName
         self.supportedLoginProviders = supportedLoginProviders
+        self.openIdConnectProviderARNs = openIdConnectProviderARNs.isEmpty ? nil : openIdConnectProviderARNs
         self.created = created
+    }
+
+    /// The names of the OpenID Connect providers of ``openIdConnectProviderARNs``.
+    public var openIdConnectProviders: [String] {
+        (openIdConnectProviderARNs ?? []).compactMap(Self.providerName(arn:))
+    }
+
+    /// The provider name of `arn:aws:iam::<12 digits>:oidc-provider/<name>`, nil for anything else.
+    public static func providerName(arn: String) -> String? {
+        let parts = arn.split(separator: ":", maxSplits: 5, omittingEmptySubsequences: false)
+        guard parts.count == 6, parts[0] == "arn", parts[1] == "aws", parts[2] == "iam", parts[3].isEmpty,
+              parts[4].count == 12, parts[4].allSatisfy({ $0.isASCII && $0.isNumber }), parts[5].hasPrefix("oidc-provider/") else { return nil }
+        let name = parts[5].dropFirst("oidc-provider/".count)
+        return name.isEmpty ? nil : String(name)
+    }
+
+    /// Whether `provider` (a `Logins` key) is one of this pool's login providers.
+    public func allowsLogin(_ provider: String) -> Bool {
+        supportedLoginProviders[provider] != nil || openIdConnectProviders.contains(provider)
     }
 
     /// Checks the name, the developer provider name and the login providers (at most 10).
@@ -43,6 +69,11 @@ public struct IdentityPoolDefinition: Sendable, Hashable, Codable {
         guard supportedLoginProviders.count <= 10 else {
             throw LedgerError(.invalidParameter, "SupportedLoginProviders may hold at most 10 providers, not \(supportedLoginProviders.count)")
         }
+        let arns = openIdConnectProviderARNs ?? []
+        guard arns.count <= 10 else { throw LedgerError(.invalidParameter, "OpenIdConnectProviderARNs may hold at most 10 ARNs, not \(arns.count)") }
+        for arn in arns where arn.utf8.count > 2048 || Self.providerName(arn: arn) == nil {
+            throw LedgerError(.invalidParameter, "OpenIdConnectProviderARNs: \(quoted(String(arn.prefix(200)))) is not arn:aws:iam::ACCOUNT:oidc-provider/NAME")
+        }
         for (domain, app) in supportedLoginProviders {
             guard (1...128).contains(domain.utf8.count), (1...128).contains(app.utf8.count) else {
                 throw LedgerError(.invalidParameter, "SupportedLoginProviders entries must be 1-128 characters on both sides (\(quoted(domain)))")
@@ -57,11 +88,12 @@ extension Ledger {
     /// Creates an identity pool in `region` and returns it.
     /// - Throws: `.invalidParameter` for a bad definition.
     public func createIdentityPool(region: String, name: String, allowUnauthenticatedIdentities: Bool, developerProviderName: String?,
-                                   supportedLoginProviders: [String: String], caller: String) async throws -> IdentityPoolDefinition {
+                                   supportedLoginProviders: [String: String], openIdConnectProviderARNs: [String] = [],
+                                   caller: String) async throws -> IdentityPoolDefinition {
         let id = try IdentityPoolID("\(region):\(UUID().uuidString.lowercased())")
         let definition = IdentityPoolDefinition(id: id.rawValue, name: name, allowUnauthenticatedIdentities: allowUnauthenticatedIdentities,
                                                 developerProviderName: developerProviderName, supportedLoginProviders: supportedLoginProviders,
-                                                created: options.clock())
+                                                openIdConnectProviderARNs: openIdConnectProviderARNs, created: options.clock())
         try definition.validate()
         try await appendSystem(Self.systemStream(id, "configuration"), author: caller) { _ in
             [.put(key: Self.identityPoolKey, value: Self.json(definition), deviceModified: nil)]

@@ -7,14 +7,15 @@ import SyncLedger
 /// signature (as in AWS); the pool and identity operations need the developer (admin)
 /// credential, signed for the service `cognito-identity`.
 ///
-/// Served so far: identity pools (create, describe, update, list, delete), unauthenticated
-/// identities (GetId, GetCredentialsForIdentity with stateless temporary credentials),
+/// Served: identity pools (create, describe, update, list, delete), unauthenticated identities
+/// (GetId, GetCredentialsForIdentity with stateless temporary credentials), logins of
+/// configured OpenID Connect providers (``Ledger/verifyLogins(pool:_:)``) that link and merge
+/// identities as Cognito does (``Ledger/signIn(pool:identity:proven:logins:caller:)``),
 /// developer-authenticated identities (GetOpenIdTokenForDeveloperIdentity, whose ES256 token
 /// GetCredentialsForIdentity and GetOpenIdToken accept as `Logins["cognito-identity.amazonaws.com"]`,
-/// LookupDeveloperIdentity, UnlinkDeveloperIdentity; the key is served at
-/// `/.well-known/jwks.json`), and DescribeIdentity, ListIdentities, DeleteIdentities. OpenID
-/// Connect providers and merges are not served yet: other `Logins`, and the operations that
-/// need them, get a typed error saying so.
+/// LookupDeveloperIdentity, MergeDeveloperIdentities, UnlinkDeveloperIdentity; the key is served
+/// at `/.well-known/jwks.json`), UnlinkIdentity, DescribeIdentity, ListIdentities,
+/// DeleteIdentities. Roles and tags are not served (a typed error says so).
 extension CognitoAPI {
     static let identityTargetPrefix = "AWSCognitoIdentityService."
 
@@ -83,7 +84,8 @@ extension CognitoAPI {
                 name: try string(json["IdentityPoolName"], "IdentityPoolName", required: true)!,
                 allowUnauthenticatedIdentities: try requiredBool(json["AllowUnauthenticatedIdentities"], "AllowUnauthenticatedIdentities"),
                 developerProviderName: try string(json["DeveloperProviderName"], "DeveloperProviderName"),
-                supportedLoginProviders: try stringMap(json["SupportedLoginProviders"], "SupportedLoginProviders") ?? [:], caller: caller)
+                supportedLoginProviders: try stringMap(json["SupportedLoginProviders"], "SupportedLoginProviders") ?? [:],
+                openIdConnectProviderARNs: try stringList(json["OpenIdConnectProviderARNs"], "OpenIdConnectProviderARNs") ?? [], caller: caller)
             return identityPoolBody(pool)
         case "DescribeIdentityPool":
             let id = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
@@ -95,7 +97,8 @@ extension CognitoAPI {
                 id: try IdentityPoolID(id).rawValue, name: try string(json["IdentityPoolName"], "IdentityPoolName", required: true)!,
                 allowUnauthenticatedIdentities: try requiredBool(json["AllowUnauthenticatedIdentities"], "AllowUnauthenticatedIdentities"),
                 developerProviderName: try string(json["DeveloperProviderName"], "DeveloperProviderName"),
-                supportedLoginProviders: try stringMap(json["SupportedLoginProviders"], "SupportedLoginProviders") ?? [:], created: .now)
+                supportedLoginProviders: try stringMap(json["SupportedLoginProviders"], "SupportedLoginProviders") ?? [:],
+                openIdConnectProviderARNs: try stringList(json["OpenIdConnectProviderARNs"], "OpenIdConnectProviderARNs") ?? [], created: .now)
             return identityPoolBody(try await ledger.updateIdentityPool(updated, caller: caller))
         case "ListIdentityPools":
             let max = try integer(json["MaxResults"], "MaxResults", required: true)!
@@ -117,19 +120,30 @@ extension CognitoAPI {
             return emptyObject()
         case "GetId":
             let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
-            try refuseLogins(json)
             if let account = try string(json["AccountId"], "AccountId"), !(1...15).contains(account.count) || !account.allSatisfy(\.isASCIIDigit) {
                 throw WireError.invalidParameter("AccountId must be 1-15 digits")
             }
-            let record = try await ledger.newUnauthenticatedIdentity(pool: pool)
+            let id: String
+            if let logins = try loginsParameter(json) {
+                let verified = try ledger.verifyLogins(pool: pool, logins)
+                if verified.logins.isEmpty, let proven = verified.proven {
+                    id = proven
+                } else {
+                    id = try await ledger.signIn(pool: pool, identity: nil, proven: verified.proven, logins: verified.logins, caller: caller).identity
+                }
+            } else {
+                id = try await ledger.newUnauthenticatedIdentity(pool: pool).id
+            }
             var w = JSONWriter()
-            w.beginObject(); w.member("IdentityId", record.id); w.endObject()
+            w.beginObject(); w.member("IdentityId", id); w.endObject()
             return w
         case "GetCredentialsForIdentity":
-            let id = try identityIDParameter(json)
-            let token = try ownLoginToken(json)
-            guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "identity \(id) does not exist") }
-            let credentials = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: Self.identityCredentialLifetime, openIdToken: token)
+            let (id, pool, signedIn) = try await signInParameters(json, caller: caller)
+            if let role = try string(json["CustomRoleArn"], "CustomRoleArn"), !(20...2048).contains(role.utf8.count) {
+                throw WireError.invalidParameter("CustomRoleArn must be 20-2048 characters")
+            }
+            let credentials = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: Self.identityCredentialLifetime,
+                                                                openIdToken: signedIn.token, signedIn: signedIn.done)
             var w = JSONWriter()
             w.beginObject()
             w.member("IdentityId", id)
@@ -154,8 +168,9 @@ extension CognitoAPI {
             let max = try integer(json["MaxResults"], "MaxResults", required: true)!
             guard (1...60).contains(max) else { throw WireError.invalidParameter("MaxResults must be 1-60, not \(max)") }
             let next = try string(json["NextToken"], "NextToken")
+            let hide = try boolean(json["HideDisabled"], "HideDisabled") ?? false
             let ledger = self.ledger
-            let page = try await offPool { try ledger.identities(pool: pool, maxResults: Int(max), nextToken: next) }
+            let page = try await offPool { try ledger.identities(pool: pool, maxResults: Int(max), nextToken: next, hideDisabled: hide) }
             var w = JSONWriter()
             w.beginObject()
             w.member("IdentityPoolId", pool.rawValue)
@@ -183,12 +198,10 @@ extension CognitoAPI {
             w.endArray(); w.endObject()
             return w
         case "GetOpenIdToken":
-            let id = try identityIDParameter(json)
-            let token = try ownLoginToken(json)
-            guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "identity \(id) does not exist") }
+            let (id, pool, signedIn) = try await signInParameters(json, caller: caller)
             // The same rules as credentials: an unauthenticated identity of a pool that allows
-            // them, or an authenticated one with its token.
-            _ = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: .seconds(1), openIdToken: token)
+            // them, or an authenticated one its logins proved.
+            _ = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: .seconds(1), openIdToken: signedIn.token, signedIn: signedIn.done)
             let logins = try ledger.identity(pool: pool, id: id)?.logins ?? []
             var w = JSONWriter()
             w.beginObject(); w.member("IdentityId", id)
@@ -224,28 +237,64 @@ extension CognitoAPI {
             try await ledger.unlinkDeveloperIdentity(pool: pool, identity: id, provider: try string(json["DeveloperProviderName"], "DeveloperProviderName", required: true)!,
                                                      user: try string(json["DeveloperUserIdentifier"], "DeveloperUserIdentifier", required: true)!, caller: caller)
             return emptyObject()
-        case "UnlinkIdentity", "MergeDeveloperIdentities", "GetIdentityPoolRoles", "SetIdentityPoolRoles", "ListTagsForResource", "TagResource", "UntagResource",
+        case "UnlinkIdentity":
+            let id = try identityIDParameter(json)
+            guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "identity \(id) does not exist") }
+            guard let logins = try loginsParameter(json) else { throw WireError.invalidParameter("Logins is required: the tokens that prove the identity") }
+            guard case .array(let items)? = json["LoginsToRemove"] else { throw WireError.invalidParameter("LoginsToRemove is required: a list of provider names") }
+            let providers = try items.enumerated().map { i, item -> String in
+                guard case .string(let name) = item, (1...128).contains(name.utf8.count) else { throw WireError.invalidParameter("LoginsToRemove[\(i)] must be a provider name of 1-128 characters") }
+                return name
+            }
+            let verified = try ledger.verifyLogins(pool: pool, logins)
+            try await ledger.unlinkLogins(pool: pool, identity: id, proof: verified.logins, proven: verified.proven, providers: providers, caller: caller)
+            return emptyObject()
+        case "MergeDeveloperIdentities":
+            let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            let provider = try string(json["DeveloperProviderName"], "DeveloperProviderName", required: true)!
+            let source = try string(json["SourceUserIdentifier"], "SourceUserIdentifier", required: true)!
+            let destination = try string(json["DestinationUserIdentifier"], "DestinationUserIdentifier", required: true)!
+            for (name, value) in [("SourceUserIdentifier", source), ("DestinationUserIdentifier", destination)] where !(1...1024).contains(value.utf8.count) {
+                throw WireError.invalidParameter("\(name) must be 1-1024 characters")
+            }
+            let id = try await ledger.mergeDeveloperIdentities(pool: pool, provider: provider, source: source, destination: destination, caller: caller)
+            var w = JSONWriter()
+            w.beginObject(); w.member("IdentityId", id); w.endObject()
+            return w
+        case "GetIdentityPoolRoles", "SetIdentityPoolRoles", "ListTagsForResource", "TagResource", "UntagResource",
              "GetPrincipalTagAttributeMap", "SetPrincipalTagAttributeMap":
-            throw IdentityError("InvalidParameterException", "\(name) is not served by this SyncLedger yet: OpenID Connect providers, merges and roles are not built; unauthenticated and developer-authenticated identities are")
+            throw IdentityError("InvalidParameterException", "\(name) is not served by this SyncLedger: it has no IAM roles, principal tags or resource tags (credentials are scoped to their identity)")
         default:
             throw IdentityError("UnknownOperationException", "no Cognito Identity operation is named \(name.prefix(64))")
         }
     }
 
-    /// The token of this server's own login provider in `Logins`, nil without `Logins`; any
-    /// other provider is refused (not verified yet).
-    private func ownLoginToken(_ json: JSON) throws -> String? {
+    /// `Logins` (provider → token, at most 10), nil when absent or empty.
+    private func loginsParameter(_ json: JSON) throws -> [String: String]? {
         guard let logins = try stringMap(json["Logins"], "Logins"), !logins.isEmpty else { return nil }
-        guard logins.count == 1, let token = logins[Ledger.openIdProvider] else {
-            throw IdentityError("NotAuthorizedException", "only \(Ledger.openIdProvider) tokens (GetOpenIdTokenForDeveloperIdentity) are verified by this SyncLedger yet; other providers are not built")
+        guard logins.count <= 10 else { throw WireError.invalidParameter("Logins may hold at most 10 providers, not \(logins.count)") }
+        for (provider, token) in logins {
+            guard (1...128).contains(provider.utf8.count) else { throw WireError.invalidParameter("Logins keys must be provider names of 1-128 characters") }
+            guard (1...50_000).contains(token.utf8.count) else { throw WireError.invalidParameter("Logins[\(provider.prefix(128))] must be a token of 1-50000 characters") }
         }
-        return token
+        return logins
     }
 
-    private func refuseLogins(_ json: JSON) throws {
-        if let logins = try stringMap(json["Logins"], "Logins"), !logins.isEmpty {
-            throw IdentityError("NotAuthorizedException", "Logins are not verified by this SyncLedger yet (developer and OpenID Connect logins are not built); use an unauthenticated identity")
+    /// GetCredentialsForIdentity's and GetOpenIdToken's `IdentityId` and `Logins`: the
+    /// identity to serve (after a sign-in that may have linked or merged), its pool, and how it
+    /// was proved — this server's token alone (checked when credentials are made), or a
+    /// sign-in that verified every login.
+    private func signInParameters(_ json: JSON, caller: String) async throws -> (String, IdentityPoolID, (token: String?, done: Bool)) {
+        let id = try identityIDParameter(json)
+        guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "identity \(id) does not exist") }
+        guard let logins = try loginsParameter(json) else { return (id, pool, (nil, false)) }
+        let verified = try ledger.verifyLogins(pool: pool, logins)
+        if verified.logins.isEmpty {
+            // This server's own token: no write, the fast path of the developer flow.
+            return (id, pool, (logins[Ledger.openIdProvider], false))
         }
+        let result = try await ledger.signIn(pool: pool, identity: id, proven: verified.proven, logins: verified.logins, caller: caller)
+        return (result.identity, pool, (nil, true))
     }
 
     private func identityIDParameter(_ json: JSON) throws -> String {
@@ -277,8 +326,24 @@ extension CognitoAPI {
             for (k, v) in pool.supportedLoginProviders.sorted(by: { $0.key < $1.key }) { w.member(k, v) }
             w.endObject()
         }
+        if let arns = pool.openIdConnectProviderARNs, !arns.isEmpty {
+            w.key("OpenIdConnectProviderARNs"); w.beginArray(); for arn in arns { w.string(arn) }; w.endArray()
+        }
         w.endObject()
         return w
+    }
+
+    /// A list of strings, nil when absent.
+    private func stringList(_ value: JSON?, _ path: String) throws -> [String]? {
+        switch value {
+        case nil, .null?: return nil
+        case .array(let items)?:
+            return try items.enumerated().map { i, item in
+                guard case .string(let text) = item else { throw WireError.invalidParameter("\(path)[\(i)] must be a string, not \(item.typeName)") }
+                return text
+            }
+        case let other?: throw WireError.invalidParameter("\(path) must be a list of strings, not \(other.typeName)")
+        }
     }
 
     private func writeIdentity(_ w: inout JSONWriter, _ record: IdentityRecord) {
