@@ -269,6 +269,12 @@ private enum Keys {
             refused(ledger, Self.es256(), "no ES256 key with the token's kid")
             #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256(kid: nil)) == "user-42")
         }
+        // A key whose alg is another algorithm's does not verify this one's tokens.
+        var ecdh = Keys.ecJWK(Keys.ec, kid: "ec-1")
+        ecdh["alg"] = "ECDH-ES"
+        try await withProvider(jwks: Keys.json(["keys": [ecdh]])) { ledger async throws in
+            refused(ledger, Self.es256(), "no ES256 key with the token's kid")
+        }
     }
 
     @Test func theKeyCacheIsBounded() throws {
