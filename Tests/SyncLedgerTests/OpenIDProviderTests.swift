@@ -122,7 +122,8 @@ private enum Keys {
             refused(ledger, Self.es256(Self.claims(), kid: "ec-1", key: Keys.otherEC), "signature is not valid")
             // Signed by one key, claiming another of the JWKS.
             refused(ledger, Self.rs256(kid: "rsa-2", key: Keys.rsa), "signature is not valid")
-            refused(ledger, Self.rs256(kid: "rsa-9"), "no RS256 key with the token's kid")
+            refused(ledger, Self.rs256(kid: "rsa-9"), "no RS256 key with the token's kid \"rsa-9\"")
+            refused(ledger, Self.rs256(kid: "a\nb"), "no RS256 key with the token's kid (not printable ASCII)")
             refused(ledger, Self.es256(kid: "rsa-1"), "no ES256 key with the token's kid")
             // Two RSA keys: without a kid, none is chosen.
             refused(ledger, Self.rs256(kid: nil), "has no kid")

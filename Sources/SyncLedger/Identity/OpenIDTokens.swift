@@ -96,6 +96,12 @@ struct OpenIDKeys: Sendable {
     }
 }
 
+/// A header value of a token for an error message: quoted (and cut), or a placeholder when it
+/// is not printable ASCII, so that a message never carries control characters from a token.
+private func shown(_ value: String) -> String {
+    value.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value < 0x7f } ? quoted(value) : "(not printable ASCII)"
+}
+
 extension Ledger {
     /// The most bytes of an OpenID token (16 KiB).
     public static let maxOpenIDTokenBytes = 16 * 1024
@@ -120,7 +126,7 @@ extension Ledger {
         }
         guard let header = JWTJSON.object(headerBytes) else { throw refuse("the token's header is not a JSON object") }
         guard let alg = header["alg"]?.string else { throw refuse("the token's header has no alg") }
-        guard alg == "RS256" || alg == "ES256" else { throw refuse("the token's alg \(quoted(alg)) is not accepted (only RS256 and ES256)") }
+        guard alg == "RS256" || alg == "ES256" else { throw refuse("the token's alg \(shown(alg)) is not accepted (only RS256 and ES256)") }
         if header["crit"] != nil { throw refuse("the token's header has crit extensions, which are not supported") }
         var kid: String?
         if let value = header["kid"] {
@@ -129,7 +135,7 @@ extension Ledger {
         }
         let keys = try Self.openIDKeyCache.keys(ledger: id, provider)
         guard let key = keys.key(kid: kid, alg: alg) else {
-            throw refuse(kid.map { "the provider's JWKS has no \(alg) key with the token's kid \(quoted($0))" }
+            throw refuse(kid.map { "the provider's JWKS has no \(alg) key with the token's kid \(shown($0))" }
                          ?? "the token has no kid and the provider's JWKS has not exactly one \(alg) key")
         }
         let signed = bytes[..<(parts[0].count + 1 + parts[1].count)]
