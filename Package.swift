@@ -53,6 +53,7 @@ let package = Package(
             dependencies: [
                 "LedgerStorage",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -141,7 +142,8 @@ let package = Package(
         ),
         .testTarget(
             name: "SyncLedgerTests",
-            dependencies: ["SyncLedger", "LedgerStorage", "SyncLedgerTestSupport", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["SyncLedger", "LedgerStorage", "SyncLedgerTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "_CryptoExtras", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
     ]
