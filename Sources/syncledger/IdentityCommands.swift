@@ -11,7 +11,7 @@ struct Identities: AsyncParsableCommand {
             (docs/identity.md); these commands read and change them beside a running server, each \
             change one log entry.
             """,
-        subcommands: [IdentityPoolCommands.self, List.self, Show.self, Merge.self, Disable.self])
+        subcommands: [IdentityPoolCommands.self, List.self, Show.self, Merge.self, Disable.self, OpenIDProviderCommands.self])
 
     static func json(_ r: IdentityRecord, pool: String) -> JSON {
         .object([("identityId", .string(r.id)), ("identityPoolId", .string(pool)), ("logins", .array(r.logins.map { .string($0) })),

@@ -95,10 +95,18 @@ extension Ledger {
                                                 developerProviderName: developerProviderName, supportedLoginProviders: supportedLoginProviders,
                                                 openIdConnectProviderARNs: openIdConnectProviderARNs, created: options.clock())
         try definition.validate()
+        try requireOpenIDProviders(definition)
         try await appendSystem(Self.systemStream(id, "configuration"), author: caller) { _ in
             [.put(key: Self.identityPoolKey, value: Self.json(definition), deviceModified: nil)]
         }
         return definition
+    }
+
+    /// Refuses a pool whose `OpenIdConnectProviderARNs` name a provider not configured here.
+    func requireOpenIDProviders(_ definition: IdentityPoolDefinition) throws {
+        for name in definition.openIdConnectProviders where try openIDProvider(named: name) == nil {
+            throw LedgerError(.invalidParameter, "OpenIdConnectProviderARNs: no OpenID Connect provider named \(quoted(name)) is configured (syncledger identities providers add)")
+        }
     }
 
     /// The identity pool `id`, or nil when none was created here (or it was deleted).
@@ -113,6 +121,7 @@ extension Ledger {
     ///   changed developer provider name.
     public func updateIdentityPool(_ updated: IdentityPoolDefinition, caller: String) async throws -> IdentityPoolDefinition {
         try updated.validate()
+        try requireOpenIDProviders(updated)
         let id = try IdentityPoolID(updated.id)
         let stream = Self.systemStream(id, "configuration")
         let result = Mutex(updated)
