@@ -98,6 +98,7 @@ let package = Package(
             name: "syncledger-load",
             dependencies: [
                 "SyncLedgerServer",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

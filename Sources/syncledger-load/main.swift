@@ -213,6 +213,10 @@ func run(_ name: String, identities: Int, seconds: Double, options: Options, sig
     return Phase(name: name, identities: identities, updates: latencies.count, seconds: wall, p50: pct(0.5), p99: pct(0.99))
 }
 
+if CommandLine.arguments.contains("--oidc-setup") {
+    try writeOIDCSetup()
+    exit(0)
+}
 if CommandLine.arguments.contains("--sign-in") {
     try await runSignInBenchmark()
     exit(0)

@@ -43,7 +43,8 @@ struct Identities: AsyncParsableCommand {
                 for r in page.identities where shown < limit {
                     shown += 1
                     if json { printLine(Identities.json(r, pool: pool.rawValue)) } else {
-                        print("\(r.id)  \(r.logins.isEmpty ? "unauthenticated" : "logins: " + r.logins.joined(separator: ", "))  created \(ISOTime.format(r.created))")
+                        let state = r.disabled.map { "  DISABLED (\($0))" } ?? ""
+                        print("\(r.id)  \(r.logins.isEmpty ? "unauthenticated" : "logins: " + r.logins.joined(separator: ", "))  created \(ISOTime.format(r.created))\(state)")
                     }
                 }
                 next = page.nextToken

@@ -78,6 +78,10 @@ import SyncLedgerTestSupport
             let bob = Login(provider: "accounts.example.com", subject: "bob")
             let a = try await ledger.signIn(pool: pool, identity: nil, proven: nil, logins: [alice], caller: "t").identity
             let entries = try ledger.entries(in: Ledger.identitiesStream(pool)).count
+            // A returning user changes nothing, and writes nothing.
+            #expect(try await ledger.signIn(pool: pool, identity: nil, proven: nil, logins: [alice], caller: "t").identity == a)
+            #expect(try await ledger.signIn(pool: pool, identity: a, proven: nil, logins: [alice], caller: "t").identity == a)
+            #expect(try ledger.entries(in: Ledger.identitiesStream(pool)).count == entries)
             // A second user of the same provider on one identity: ResourceConflict.
             await expectLedgerError(.notAuthorized) { _ = try await ledger.signIn(pool: pool, identity: a, proven: nil, logins: [bob], caller: "t") }
             await expectLedgerError(.conflict) { _ = try await ledger.signIn(pool: pool, identity: nil, proven: nil, logins: [alice, bob], caller: "t") }

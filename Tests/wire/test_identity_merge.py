@@ -5,8 +5,10 @@ credentials refused — bad input getting the model's errors and writing nothing
 middle of a merge (all or nothing), and the parts of the real SDKs' synchronize loop that an
 identity switch exercises."""
 
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -15,7 +17,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import BINARY, Server
+from conftest import ADMIN_KEY, ADMIN_SECRET, BINARY, REGION, Server
 from test_identity import error_of, identity_client, sync_client
 
 PROVIDER = "login.merge.example"
@@ -128,9 +130,6 @@ def test_merge_refusals_use_the_model_errors_and_write_nothing(server, admin, an
                                             DeveloperProviderName=PROVIDER)["IdentityId"] == a
     # The AWS CLI reaches it too.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    from conftest import ADMIN_KEY, ADMIN_SECRET, REGION
-    import json
-    import shutil
     env.update(AWS_ACCESS_KEY_ID=ADMIN_KEY, AWS_SECRET_ACCESS_KEY=ADMIN_SECRET, AWS_CONFIG_FILE="/dev/null",
                AWS_SHARED_CREDENTIALS_FILE="/dev/null", AWS_EC2_METADATA_DISABLED="true", AWS_MAX_ATTEMPTS="1", AWS_PAGER="")
     out = subprocess.run([shutil.which("aws") or "aws", "cognito-identity", "--endpoint-url", server.url, "--region", REGION, "--output", "json",
@@ -236,3 +235,35 @@ def test_kill_9_during_a_merge_leaves_all_of_it_or_none(tmp_root):
         print(f"kill -9 during merges: {outcomes} (seed {seed})")
     finally:
         server.stop()
+
+
+def test_the_command_line_creates_pools_merges_and_disables(server, admin, anonymous):
+    def cli(*args):
+        out = subprocess.run([BINARY, "identities", *args, "--data", server.data_dir], capture_output=True, text=True, timeout=60)
+        return out.returncode, out.stdout, out.stderr
+
+    code, out, err = cli("pools", "create", "--name", "From CLI", "--allow-unauthenticated", "--developer-provider", PROVIDER, "--json")
+    assert code == 0, err
+    pid = json.loads(out)["identityPoolId"]
+    assert admin.describe_identity_pool(IdentityPoolId=pid)["DeveloperProviderName"] == PROVIDER
+    code, _, err = cli("pools", "create", "--name", "Bad", "--openid-provider", "nobody.test")
+    assert code == 1 and "nobody.test" in err and len(err.strip().splitlines()) == 1
+    a, a_creds = developer_credentials(admin, anonymous, pid, "cli-a")
+    b, _ = developer_credentials(admin, anonymous, pid, "cli-b")
+    put(sync_client(server, a_creds), pid, a, "notes", {"n": "1"})
+    code, out, err = cli("merge", "--identity-pool-id", pid, "--source", a, "--destination", b, "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["survivor"] == b and [d["dataset"] for d in summary["datasets"]] == [f"notes.{a}"]
+    # Merging again is refused with one line: the source is disabled now.
+    code, _, err = cli("merge", "--identity-pool-id", pid, "--source", a, "--destination", b)
+    assert code == 1 and "disabled" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("disable", b, "--reason", "account closed")
+    assert code == 0, err
+    assert error_of(admin.get_open_id_token_for_developer_identity,
+                    IdentityPoolId=pid, Logins={PROVIDER: "cli-b"})[:2] == ("NotAuthorizedException", 400)
+    code, out, err = cli("list", "--identity-pool-id", pid)
+    assert code == 0 and out.count("DISABLED") == 2 and "account closed" in out, out + err
+    code, _, err = cli("pools", "delete", pid)
+    assert code == 0, err
+    assert error_of(admin.describe_identity_pool, IdentityPoolId=pid)[:2] == ("ResourceNotFoundException", 400)

@@ -38,6 +38,17 @@ extension Ledger {
             throw LedgerError(.notAuthorized, "the \(Self.openIdProvider) token is for identity \(proven), not \(requested)")
         }
         let named = requested ?? proven
+        // A returning user — every login linked to one enabled identity (the one named, if
+        // any) — changes nothing: answered from a read, no write.
+        if !logins.isEmpty, let unchanged = try read({ [self] txn -> SignInResult? in
+            let edit = try IdentityEdit(txn, ledger: self, pool: pool)
+            let owners = Set(try logins.map { try edit.owner($0) })
+            guard owners.count == 1, let owner = owners.first, let id = owner, named == nil || named == id,
+                  try edit.identity(id)?.isEnabled == true else { return nil }
+            return SignInResult(identity: id, created: false, merge: nil)
+        }) {
+            return unchanged
+        }
         let now = options.clock()
         let limit = options.limits.maxIdentitiesPerPool
         let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"
