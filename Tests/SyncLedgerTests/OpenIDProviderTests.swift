@@ -293,3 +293,35 @@ private enum Keys {
         #expect(try cache.keys(ledger: "l", q).keys.count == 2)
     }
 }
+
+extension OpenIDProviderTests {
+    /// A token that verified is remembered (a sign-in sends it twice), but never past its
+    /// expiry, its provider's new keys, or other audiences.
+    @Test func verifiedTokensAreRememberedOnlyWhileTheyHold() async throws {
+        let clock = TestClock()
+        var options = LedgerOptions()
+        options.clock = clock.read
+        try await withLedger(options) { ledger async throws in
+            let provider = OpenIDProvider(issuer: Self.issuer, clientIDs: ["app-1"], jwks: Keys.jwks)
+            try await ledger.configureOpenIDProvider(provider, caller: "admin")
+            let token = Self.rs256()
+            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
+            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
+            // New keys (same kid, another key): the remembered token no longer signs in.
+            let rotated = Keys.json(["keys": [Keys.rsaJWK(Keys.otherRSA, kid: "rsa-1")]])
+            try await ledger.configureOpenIDProvider(OpenIDProvider(issuer: Self.issuer, clientIDs: ["app-1"], jwks: rotated), caller: "admin")
+            refused(ledger, token, "signature")
+            try await ledger.configureOpenIDProvider(provider, caller: "admin")
+            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
+            // Checked with an extra audience, the token is not remembered for another check.
+            let pooled = Self.es256(Self.claims(["aud": "pool-aud"]))
+            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: pooled, audiences: ["pool-aud"]) == "user-42")
+            refused(ledger, pooled, "audience")
+            // Removed, or expired: refused though it verified before.
+            clock.advance(seconds: 601)
+            refused(ledger, token, "expired")
+            try await ledger.removeOpenIDProvider(named: Self.name, caller: "admin")
+            refused(ledger, Self.rs256(Self.claims(["exp": Self.now + 6000])), "no OpenID Connect provider")
+        }
+    }
+}

@@ -112,7 +112,7 @@ extension Ledger {
     /// The identity pool `id`, or nil when none was created here (or it was deleted).
     public func identityPool(_ id: IdentityPoolID) throws -> IdentityPoolDefinition? {
         let stream = Self.systemStream(id, "configuration")
-        return try recordValue(stream, key: Self.identityPoolKey).map { try Self.decode(IdentityPoolDefinition.self, $0, stream: stream) }
+        return try identityPoolCache.value(self, stream, key: Self.identityPoolKey) { try Self.decode(IdentityPoolDefinition.self, $0, stream: stream) }
     }
 
     /// Replaces a pool's settings (UpdateIdentityPool sends the whole pool). The developer

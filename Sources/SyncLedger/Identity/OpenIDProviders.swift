@@ -145,7 +145,7 @@ extension Ledger {
     /// The OpenID Connect provider `name`, or nil when none is configured.
     public func openIDProvider(named name: String) throws -> OpenIDProvider? {
         guard (1...128).contains(name.utf8.count) else { return nil }
-        return try recordValue(Self.openIDProvidersStream, key: Self.openIDProviderPrefix + name).map {
+        return try openIDProviderCache.value(self, Self.openIDProvidersStream, key: Self.openIDProviderPrefix + name) {
             try Self.decode(OpenIDProvider.self, $0, stream: Self.openIDProvidersStream)
         }
     }

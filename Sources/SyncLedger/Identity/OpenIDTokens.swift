@@ -119,6 +119,9 @@ extension Ledger {
         func refuse(_ why: String) -> LedgerError { LedgerError(.notAuthorized, "\(provider.name): \(why)") }
         let bytes = Array(token.utf8)
         guard bytes.count <= Self.maxOpenIDTokenBytes else { throw refuse("the token is \(bytes.count) bytes; at most \(Self.maxOpenIDTokenBytes) are accepted") }
+        // A sign-in sends the same token to GetId and GetCredentialsForIdentity: verified once.
+        let digest = VerifiedTokenCache.digest(bytes)
+        if let subject = verifiedTokens.subject(digest, provider: provider, audiences: extra, now: options.clock()) { return subject }
         let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw refuse("the token is not a JWT (three base64url parts separated by dots)") }
         guard let headerBytes = Base64URL.decode(parts[0]), let claimBytes = Base64URL.decode(parts[1]), let signature = Base64URL.decode(parts[2]) else {
@@ -169,6 +172,8 @@ extension Ledger {
         guard let sub = claims["sub"]?.string, (1...255).contains(sub.utf8.count) else {
             throw refuse("the token has no subject (sub) of 1-255 bytes")
         }
+        verifiedTokens.insert(digest, .init(provider: provider.name, configured: provider.configured, audiences: extra, subject: sub,
+                                            expires: Timestamp(milliseconds: Int64(min(exp * 1000, 9e15)))))
         return sub
     }
 }

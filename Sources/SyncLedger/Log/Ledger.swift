@@ -108,6 +108,12 @@ public final class Ledger: Sendable {
     let dictionaries = DictionaryCache()
     /// Who may send from which device, kept per device record version (see `postMessage`).
     let deviceReach = DeviceReachCache()
+    /// Identity pool definitions, decoded once per version of their configuration stream.
+    let identityPoolCache = SystemRecordCache<IdentityPoolDefinition>()
+    /// OpenID Connect providers, decoded once per version of their stream.
+    let openIDProviderCache = SystemRecordCache<OpenIDProvider>()
+    /// ID tokens that verified, so a sign-in's second call does not verify the same token again.
+    let verifiedTokens = VerifiedTokenCache()
 
     /// The data directory.
     public var directory: String { environment.path }
