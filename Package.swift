@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "SyncLedger", targets: ["SyncLedger"]),
         .library(name: "LedgerStorage", targets: ["LedgerStorage"]),
         .library(name: "SyncLedgerServer", targets: ["SyncLedgerServer"]),
+        .library(name: "SyncLedgerClient", targets: ["SyncLedgerClient"]),
         .executable(name: "syncledger", targets: ["syncledger"]),
     ],
     dependencies: [
@@ -127,6 +128,25 @@ let package = Package(
             name: "SyncLedgerTestSupport",
             dependencies: ["SyncLedger"],
             path: "Tests/SyncLedgerTestSupport",
+            swiftSettings: swiftSettings
+        ),
+        // The client library: a local LMDB store, synchronize, named syncs, the transport.
+        .target(
+            name: "SyncLedgerClient",
+            dependencies: [
+                "SyncLedger",
+                "LedgerStorage",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SyncLedgerClientTests",
+            dependencies: ["SyncLedgerClient", "SyncLedger", "SyncLedgerTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

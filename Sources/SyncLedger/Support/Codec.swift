@@ -2,21 +2,21 @@ import LedgerStorage
 
 /// Appends the binary forms used on disk: fixed big-endian integers (keys, so that byte order is
 /// numeric order), LEB128 varints and length-prefixed UTF-8 strings (values).
-struct ByteWriter {
-    var bytes: [UInt8]
+package struct ByteWriter {
+    package var bytes: [UInt8]
 
-    init(capacity: Int = 64) {
+    package init(capacity: Int = 64) {
         bytes = []
         bytes.reserveCapacity(capacity)
     }
 
-    mutating func byte(_ value: UInt8) { bytes.append(value) }
+    package mutating func byte(_ value: UInt8) { bytes.append(value) }
 
-    mutating func fixed64(_ value: UInt64) {
+    package mutating func fixed64(_ value: UInt64) {
         withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
     }
 
-    mutating func varint(_ value: UInt64) {
+    package mutating func varint(_ value: UInt64) {
         var v = value
         while v >= 0x80 {
             bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
@@ -26,11 +26,11 @@ struct ByteWriter {
     }
 
     /// A signed value as a zig-zag varint.
-    mutating func signed(_ value: Int64) {
+    package mutating func signed(_ value: Int64) {
         varint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
     }
 
-    mutating func string(_ value: String) {
+    package mutating func string(_ value: String) {
         var s = value
         s.withUTF8 { utf8 in
             varint(UInt64(utf8.count))
@@ -38,42 +38,43 @@ struct ByteWriter {
         }
     }
 
-    mutating func raw(_ value: some Sequence<UInt8>) { bytes.append(contentsOf: value) }
+    package mutating func raw(_ value: some Sequence<UInt8>) { bytes.append(contentsOf: value) }
 }
 
 /// Why a stored or received byte string could not be decoded.
-struct DecodeFailure: Error, CustomStringConvertible {
-    let description: String
+package struct DecodeFailure: Error, CustomStringConvertible {
+    package let description: String
+    package init(description: String) { self.description = description }
 }
 
 /// Reads what ``ByteWriter`` wrote; every read checks bounds and throws ``DecodeFailure``.
 /// It reads an array or a slice of one (an entry inside a decompressed segment) without
 /// copying; ``position`` counts from the start of what it reads.
-struct ByteReader {
-    let bytes: ArraySlice<UInt8>
+package struct ByteReader {
+    package let bytes: ArraySlice<UInt8>
     private var index: Int
 
-    init(_ bytes: [UInt8], position: Int = 0) {
+    package init(_ bytes: [UInt8], position: Int = 0) {
         self.init(bytes[...], position: position)
     }
 
-    init(_ bytes: ArraySlice<UInt8>, position: Int = 0) {
+    package init(_ bytes: ArraySlice<UInt8>, position: Int = 0) {
         self.bytes = bytes
         self.index = bytes.startIndex + position
     }
 
     /// Bytes read so far.
-    var position: Int { index - bytes.startIndex }
-    var isAtEnd: Bool { index == bytes.endIndex }
-    var remaining: Int { bytes.endIndex - index }
+    package var position: Int { index - bytes.startIndex }
+    package var isAtEnd: Bool { index == bytes.endIndex }
+    package var remaining: Int { bytes.endIndex - index }
 
-    mutating func byte() throws(DecodeFailure) -> UInt8 {
+    package mutating func byte() throws(DecodeFailure) -> UInt8 {
         guard index < bytes.endIndex else { throw DecodeFailure(description: "truncated at byte \(position)") }
         defer { index += 1 }
         return bytes[index]
     }
 
-    mutating func fixed64() throws(DecodeFailure) -> UInt64 {
+    package mutating func fixed64() throws(DecodeFailure) -> UInt64 {
         guard remaining >= 8 else { throw DecodeFailure(description: "truncated 64-bit integer at byte \(position)") }
         var value: UInt64 = 0
         for i in 0..<8 { value = value << 8 | UInt64(bytes[index + i]) }
@@ -81,7 +82,7 @@ struct ByteReader {
         return value
     }
 
-    mutating func varint() throws(DecodeFailure) -> UInt64 {
+    package mutating func varint() throws(DecodeFailure) -> UInt64 {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {
@@ -94,12 +95,12 @@ struct ByteReader {
         }
     }
 
-    mutating func signed() throws(DecodeFailure) -> Int64 {
+    package mutating func signed() throws(DecodeFailure) -> Int64 {
         let raw = try varint()
         return Int64(bitPattern: raw >> 1) ^ -Int64(bitPattern: raw & 1)
     }
 
-    mutating func raw(_ count: Int) throws(DecodeFailure) -> ArraySlice<UInt8> {
+    package mutating func raw(_ count: Int) throws(DecodeFailure) -> ArraySlice<UInt8> {
         guard count >= 0, remaining >= count else {
             throw DecodeFailure(description: "truncated: \(count) bytes wanted at byte \(position), \(remaining) left")
         }
@@ -107,7 +108,7 @@ struct ByteReader {
         return bytes[index..<index + count]
     }
 
-    mutating func string() throws(DecodeFailure) -> String {
+    package mutating func string() throws(DecodeFailure) -> String {
         let slice = try stringBytes()
         guard let s = utf8String(slice) else {
             throw DecodeFailure(description: "invalid UTF-8 at byte \(position - slice.count)")
@@ -117,7 +118,7 @@ struct ByteReader {
 
     /// Checks a string as ``string()`` would read it, without making it: ASCII (the common
     /// case) in one pass, anything else by full UTF-8 validation.
-    mutating func skipString() throws(DecodeFailure) {
+    package mutating func skipString() throws(DecodeFailure) {
         let slice = try stringBytes()
         if !Bytes.isASCII(slice), String(validating: slice, as: UTF8.self) == nil {
             throw DecodeFailure(description: "invalid UTF-8 at byte \(position - slice.count)")
@@ -132,27 +133,27 @@ struct ByteReader {
         return try raw(Int(count))
     }
 
-    func expectEnd() throws(DecodeFailure) {
+    package func expectEnd() throws(DecodeFailure) {
         if !isAtEnd { throw DecodeFailure(description: "\(remaining) trailing bytes at byte \(position)") }
     }
 }
 
 /// `bytes` as a string if they are valid UTF-8: ASCII (the common case) by a word-at-a-time
 /// check and no further validation, anything else validated in full.
-func utf8String(_ bytes: ArraySlice<UInt8>) -> String? {
+package func utf8String(_ bytes: ArraySlice<UInt8>) -> String? {
     Bytes.isASCII(bytes) ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
 }
 
 extension Array where Element == UInt8 {
     /// `value` as 8 big-endian bytes.
-    static func bigEndian(_ value: UInt64) -> [UInt8] {
+    package static func bigEndian(_ value: UInt64) -> [UInt8] {
         var w = ByteWriter(capacity: 8)
         w.fixed64(value)
         return w.bytes
     }
 
     /// The first 8 bytes read as a big-endian integer (0 when shorter).
-    func bigEndianUInt64(at offset: Int = 0) -> UInt64 {
+    package func bigEndianUInt64(at offset: Int = 0) -> UInt64 {
         guard count >= offset + 8 else { return 0 }
         var value: UInt64 = 0
         for i in 0..<8 { value = value << 8 | UInt64(self[offset + i]) }
