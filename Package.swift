@@ -89,6 +89,7 @@ let package = Package(
                 "SyncLedger",
                 "LedgerStorage",
                 "SyncLedgerServer",
+                "SyncLedgerClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -267,11 +267,13 @@ public final class ClientStore: Sendable {
 
     // MARK: Meta
 
-    func metaValue(_ key: String) throws -> String? {
+    /// A setting kept with the store (the CLI keeps its signed-in identity here), nil when unset.
+    public func metaValue(_ key: String) throws -> String? {
         try read { txn in try txn.get(meta, key: Array(key.utf8)).flatMap { String(validating: $0, as: UTF8.self) } }
     }
 
-    func setMeta(_ key: String, _ value: String?) throws {
+    /// Sets (or with nil, removes) a setting kept with the store.
+    public func setMeta(_ key: String, _ value: String?) throws {
         try write { txn in
             if let value { try txn.put(meta, key: Array(key.utf8), value: Array(value.utf8)) } else { _ = try txn.delete(meta, key: Array(key.utf8)) }
         }

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 import SyncLedger
 
 /// What one ``SyncClient/synchronize(_:handler:)`` did.
