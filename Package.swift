@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "SyncLedger", targets: ["SyncLedger"]),
         .library(name: "LedgerStorage", targets: ["LedgerStorage"]),
         .library(name: "SyncLedgerServer", targets: ["SyncLedgerServer"]),
+        .library(name: "SyncLedgerClient", targets: ["SyncLedgerClient"]),
         .executable(name: "syncledger", targets: ["syncledger"]),
     ],
     dependencies: [
@@ -82,6 +83,20 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The client library: a local store synchronized with a server over the Cognito Sync API.
+        .target(
+            name: "SyncLedgerClient",
+            dependencies: [
+                "SyncLedger",
+                "LedgerStorage",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "syncledger",
             dependencies: [
@@ -97,6 +112,7 @@ let package = Package(
         .executableTarget(
             name: "syncledger-load",
             dependencies: [
+                "SyncLedger",
                 "SyncLedgerServer",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -145,6 +161,11 @@ let package = Package(
             name: "SyncLedgerTests",
             dependencies: ["SyncLedger", "LedgerStorage", "SyncLedgerTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "_CryptoExtras", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SyncLedgerClientTests",
+            dependencies: ["SyncLedgerClient", "SyncLedger", "SyncLedgerTestSupport"],
             swiftSettings: swiftSettings
         ),
     ]
