@@ -195,6 +195,16 @@ final class TransportTests {
         #expect(ContinuousClock.now - start < .seconds(5))
     }
 
+    @Test func anAnswerLargerThan64MiBIsRefusedUnread() async throws {
+        let listener = try SilentListener()
+        defer { listener.close() }
+        listener.answerOnce("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: \(65 << 20)\r\n\r\n{\"Datasets\": [")
+        let transport = CognitoSyncTransport(endpoint: URL(string: "http://127.0.0.1:\(listener.port)")!, pool: newID(),
+                                             credentials: StaticCredentials(TestServer.admin, identityID: newID()), timeout: .seconds(10))
+        let error = await #expect(throws: SyncClientError.self) { try await transport.listDatasets(identity: newID()) }
+        #expect(error == .server(status: 200, type: "ResponseTooLarge", message: "the server's answer exceeds \(64 << 20) bytes"))
+    }
+
     @Test func anEndpointThatIsNotHTTPIsAnInvalidParameter() async throws {
         let transport = CognitoSyncTransport(endpoint: URL(string: "ftp://127.0.0.1/")!, pool: newID(),
                                              credentials: StaticCredentials(TestServer.admin, identityID: newID()))
@@ -222,6 +232,27 @@ final class SilentListener: Sendable {
         guard fd >= 0, bound else { throw FixtureError("cannot listen on loopback: errno \(errno)") }
         self.fd = fd
         port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Accepts one connection (on a thread), reads a request head and writes `reply`.
+    func answerOnce(_ reply: String) {
+        let fd = self.fd
+        Thread.detachNewThread {
+            let connection = accept(fd, nil, nil)
+            guard connection >= 0 else { return }
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            var head: [UInt8] = []
+            while !head.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)) {
+                let n = read(connection, &buffer, 1)
+                if n <= 0 { break }
+                head.append(buffer[0])
+            }
+            let bytes = Array(reply.utf8)
+            _ = bytes.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+            // Keep the connection open (the promised body never comes) until the client closes it.
+            while read(connection, &buffer, buffer.count) > 0 {}
+            _ = Glibc.close(connection)
+        }
     }
 
     func close() { _ = Glibc.close(fd) }

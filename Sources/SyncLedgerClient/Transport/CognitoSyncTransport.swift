@@ -71,6 +71,8 @@ public final class CognitoSyncTransport: SyncTransport {
         try await credentials.identityID()
     }
 
+    /// ListRecords after `lastSyncCount`, every page of 1,024, concatenated; the dataset
+    /// fields and the session token are the last page's.
     public func listUpdates(identity: String, dataset: String, after lastSyncCount: UInt64) async throws -> RemoteUpdates {
         var records: [RemoteRecord] = []
         var nextToken: String?
@@ -90,6 +92,8 @@ public final class CognitoSyncTransport: SyncTransport {
         throw SyncClientError.server(status: 200, type: "InvalidResponse", message: "ListRecords answered more than \(Self.maxPages) pages")
     }
 
+    /// UpdateRecords (`POST …/datasets/{name}`): a nil value is `Op=remove`.
+    /// - Throws: ``SyncClientError/conflict(_:)`` when a record changed since its sync count.
     public func putRecords(identity: String, dataset: String, patches: [RecordPatch], sessionToken: String, deviceID: String?) async throws -> [RemoteRecord] {
         let request = UpdateRecordsRequest(
             SyncSessionToken: sessionToken, DeviceId: deviceID,
@@ -104,6 +108,7 @@ public final class CognitoSyncTransport: SyncTransport {
         return (try decodeAnswer(UpdateRecordsAnswer.self, answer, operation: "UpdateRecords").Records ?? []).map(\.remote)
     }
 
+    /// DeleteDataset; a dataset the server does not have (404) is not an error.
     public func deleteDataset(identity: String, dataset: String) async throws {
         do {
             _ = try await call(.DELETE, datasetPath(identity, dataset))
@@ -112,6 +117,7 @@ public final class CognitoSyncTransport: SyncTransport {
         }
     }
 
+    /// ListDatasets, every page of 64.
     public func listDatasets(identity: String) async throws -> [RemoteDataset] {
         var datasets: [RemoteDataset] = []
         var nextToken: String?
@@ -127,6 +133,7 @@ public final class CognitoSyncTransport: SyncTransport {
         throw SyncClientError.server(status: 200, type: "InvalidResponse", message: "ListDatasets answered more than \(Self.maxPages) pages")
     }
 
+    /// DescribeDataset; nil on a 404.
     public func describeDataset(identity: String, dataset: String) async throws -> RemoteDataset? {
         do {
             let answer = try await call(.GET, datasetPath(identity, dataset))

@@ -19,8 +19,10 @@ public struct StaticCredentials: CredentialsProvider {
         self.init(AWSCredentials(accessKeyID: accessKeyID, secretAccessKey: secretAccessKey, sessionToken: sessionToken), identityID: identityID)
     }
 
+    /// The given credentials.
     public func credentials() async throws -> AWSCredentials { awsCredentials }
 
+    /// The given identity.
     public func identityID() async throws -> String { identity }
 }
 
@@ -52,8 +54,10 @@ public struct EnvironmentCredentials: CredentialsProvider {
         return EnvironmentCredentials(AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: token), identity: identityID)
     }
 
+    /// The given credentials.
     public func credentials() async throws -> AWSCredentials { awsCredentials }
 
+    /// The given identity.
     public func identityID() async throws -> String { identity }
 }
 
@@ -63,5 +67,6 @@ extension AWSCredentials: CustomStringConvertible, CustomDebugStringConvertible 
         "AWSCredentials(\(accessKeyID), secret: <redacted>\(sessionToken == nil ? "" : ", session token: <redacted>")\(expiration.map { ", expires \($0)" } ?? ""))"
     }
 
+    /// The same as ``description``.
     public var debugDescription: String { description }
 }
