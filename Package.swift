@@ -83,6 +83,20 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The client library: a local store synchronized with a server over the Cognito Sync API.
+        .target(
+            name: "SyncLedgerClient",
+            dependencies: [
+                "SyncLedger",
+                "LedgerStorage",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "syncledger",
             dependencies: [
@@ -99,6 +113,7 @@ let package = Package(
         .executableTarget(
             name: "syncledger-load",
             dependencies: [
+                "SyncLedger",
                 "SyncLedgerServer",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -166,6 +181,11 @@ let package = Package(
             name: "SyncLedgerTests",
             dependencies: ["SyncLedger", "LedgerStorage", "SyncLedgerTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "_CryptoExtras", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SyncLedgerClientTests",
+            dependencies: ["SyncLedgerClient", "SyncLedger", "SyncLedgerTestSupport"],
             swiftSettings: swiftSettings
         ),
     ]

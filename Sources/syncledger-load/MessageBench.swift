@@ -23,6 +23,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import SyncLedger
 import SyncLedgerServer
 import Synchronization
 

@@ -18,6 +18,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import SyncLedger
 import SyncLedgerServer
 
 struct SignInOptions {
