@@ -146,25 +146,6 @@ let package = Package(
             path: "Tests/SyncLedgerTestSupport",
             swiftSettings: swiftSettings
         ),
-        // The client library: a local LMDB store, synchronize, named syncs, the transport.
-        .target(
-            name: "SyncLedgerClient",
-            dependencies: [
-                "SyncLedger",
-                "LedgerStorage",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "SyncLedgerClientTests",
-            dependencies: ["SyncLedgerClient", "SyncLedger", "SyncLedgerTestSupport"],
-            swiftSettings: swiftSettings
-        ),
         .testTarget(
             name: "SyncLedgerServerTests",
             dependencies: [

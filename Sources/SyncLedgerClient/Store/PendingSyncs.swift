@@ -29,7 +29,7 @@ extension ClientStore {
     }
 
     /// The syncs waiting for `identity`, oldest first.
-    func pendingSyncs(identity: String) throws -> [PendingSync] {
+    public func pendingSyncs(identity: String) throws -> [PendingSync] {
         try read { txn in
             let prefix = Array(identity.utf8) + [0]
             var found: [PendingSync] = []

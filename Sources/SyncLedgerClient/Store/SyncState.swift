@@ -73,7 +73,7 @@ extension ClientStore {
     }
 
     /// The records a push sends: the dirty ones.
-    func dirtyRecords(identity: String, dataset name: String) throws -> [(key: String, record: LocalRecord)] {
+    public func dirtyRecords(identity: String, dataset name: String) throws -> [(key: String, record: LocalRecord)] {
         try read { txn in
             guard let d = try dataset(txn, identity, name) else { return [] }
             return try allRecords(txn, d.id).filter(\.record.isDirty)
