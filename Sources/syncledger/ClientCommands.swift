@@ -67,16 +67,21 @@ struct ClientCommand: AsyncParsableCommand {
     }
 
     struct Put: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Set a record locally (synced by the next sync).")
+        static let configuration = CommandConfiguration(abstract: "Set records locally, all in one transaction (synced by the next sync).")
         @OptionGroup var connection: Connection
         @Argument var dataset: String
-        @Argument var key: String
-        @Argument var value: String
+        @Argument(help: "KEY VALUE, and more pairs.") var pairs: [String]
         @Flag(help: "One JSON object.") var json = false
 
+        func validate() throws {
+            guard !pairs.isEmpty, pairs.count % 2 == 0 else { throw ValidationError("give KEY VALUE pairs (\(pairs.count) arguments after the dataset)") }
+        }
+
         func run() async throws {
-            let changed = try await ClientCommand.run { try await connection.open().put(dataset, key, value) }
-            if json { printLine(.object([("dataset", .string(dataset)), ("key", .string(key)), ("changed", .bool(changed))])) }
+            var values: [String: String?] = [:]
+            for i in stride(from: 0, to: pairs.count, by: 2) { values[pairs[i]] = pairs[i + 1] }
+            let changed = try await ClientCommand.run { try await connection.open().put(dataset, values) }
+            if json { printLine(.object([("dataset", .string(dataset)), ("changed", .int(Int64(changed)))])) }
         }
     }
 

@@ -189,9 +189,26 @@ public final class ClientStore: Sendable {
     ///   refuse; ``SyncClientError/limitExceeded(_:)`` past the dataset's limits.
     @discardableResult
     public func put(identity: String, dataset name: String, key: String, value: String?, now: Date = Date()) throws -> Bool {
-        try checkRecord(key: key, value: value)
+        try put(identity: identity, dataset: name, values: [key: value], now: now) == 1
+    }
+
+    /// Sets (nil: removes) several records as ``put(identity:dataset:key:value:now:)`` does,
+    /// in one transaction: all or none.
+    /// - Returns: how many changed.
+    @discardableResult
+    public func put(identity: String, dataset name: String, values: [String: String?], now: Date = Date()) throws -> Int {
+        for (key, value) in values { try checkRecord(key: key, value: value) }
         return try write { txn in
             var d = try ensureDataset(txn, identity, name, now: now)
+            var changed = 0
+            for (key, value) in values.sorted(by: { $0.key < $1.key }) where try putOne(txn, &d, name, key, value, now: now) { changed += 1 }
+            if changed > 0 { try putDataset(txn, identity, name, d) }
+            return changed
+        }
+    }
+
+    private func putOne(_ txn: Transaction, _ d: inout LocalDataset, _ name: String, _ key: String, _ value: String?, now: Date) throws -> Bool {
+        do {
             if d.isDeletedLocally {
                 // A change after a local delete: the dataset starts again, the delete still owed.
                 throw SyncClientError.invalidParameter("dataset \(name) was deleted locally and not synced yet; synchronize it before writing to it again")
@@ -215,7 +232,6 @@ public final class ClientStore: Sendable {
             }
             d.lastModified = now
             try putRecord(txn, d.id, key, next)
-            try putDataset(txn, identity, name, d)
             return true
         }
     }

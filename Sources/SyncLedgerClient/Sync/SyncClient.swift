@@ -80,6 +80,13 @@ public final class SyncClient: Sendable {
         try store.put(identity: try await identity(), dataset: try Self.checkName(dataset), key: key, value: value)
     }
 
+    /// Sets (nil: removes) several records locally in one transaction: all or none.
+    /// - Returns: how many changed.
+    @discardableResult
+    public func put(_ dataset: String, _ values: [String: String?]) async throws -> Int {
+        try store.put(identity: try await identity(), dataset: try Self.checkName(dataset), values: values)
+    }
+
     /// Removes `key` locally (the removal is synced).
     @discardableResult
     public func remove(_ dataset: String, _ key: String) async throws -> Bool {
