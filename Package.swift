@@ -113,6 +113,8 @@ let package = Package(
         .executableTarget(
             name: "syncledger-load",
             dependencies: [
+                "SyncLedgerClient",
+                "LedgerStorage",
                 "SyncLedger",
                 "SyncLedgerServer",
                 .product(name: "Crypto", package: "swift-crypto"),

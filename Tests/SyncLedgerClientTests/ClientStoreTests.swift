@@ -26,6 +26,10 @@ import Testing
             let long = String(repeating: "k", count: 900)
             try store.put(identity: "us-east-1:a", dataset: "prefs", key: long, value: "v")
             #expect(try store.records(identity: "us-east-1:a", dataset: "prefs")[long]?.value == "v")
+            // The dirty index finds them, long key included; a delete clears it.
+            #expect(Set(try store.dirtyRecords(identity: "us-east-1:a", dataset: "prefs").map(\.key)) == ["theme", "lang", long])
+            try store.deleteDataset(identity: "us-east-1:a", dataset: "prefs")
+            #expect(try store.dirtyRecords(identity: "us-east-1:a", dataset: "prefs").isEmpty)
         }
     }
 

@@ -8,7 +8,8 @@ public import SyncLedger
 /// and power loss once the call returns).
 ///
 /// Databases: `datasets` (identity ␀ dataset → ``LocalDataset``), `records` (dataset id ‖ key →
-/// ``LocalRecord``; keys over 400 bytes are stored as a hash with the key in the value), `meta`
+/// ``LocalRecord``; keys over 400 bytes are stored as a hash with the key in the value), `dirty`
+/// (the keys of the dirty records), `meta`
 /// (the next dataset id, the identity in use, the device id), `queue` (syncs to run:
 /// identity ␀ dataset → why and since when) and `syncs` (named sync states, JSON).
 public final class ClientStore: Sendable {
@@ -18,6 +19,8 @@ public final class ClientStore: Sendable {
     let meta: Database
     let queue: Database
     let syncs: Database
+    /// The dirty records' keys (the `records` key), so a push finds them without a scan.
+    let dirty: Database
     /// The server's limits, checked locally before a push (and on put).
     public let limits: Limits
     /// The limits of a server with its defaults.
@@ -37,6 +40,7 @@ public final class ClientStore: Sendable {
             meta = try environment.openDatabase("meta")
             queue = try environment.openDatabase("queue")
             syncs = try environment.openDatabase("syncs")
+            dirty = try environment.openDatabase("dirty")
         } catch let error as SyncClientError {
             throw error
         } catch {
@@ -58,7 +62,10 @@ public final class ClientStore: Sendable {
 
     func write<T>(_ body: (Transaction) throws -> T) throws -> T {
         do {
-            if environment.isOutOfSpace() { try environment.grow() }
+            // A full map grows and the transaction runs again (nothing of it was kept).
+            for _ in 0..<8 {
+                do { return try environment.write(body) } catch LMDBError.mapFull { try environment.grow() }
+            }
             return try environment.write(body)
         } catch let error as SyncClientError { throw error } catch {
             throw SyncClientError.store("\(error)")
@@ -138,6 +145,25 @@ public final class ClientStore: Sendable {
     func putRecord(_ txn: Transaction, _ id: UInt64, _ key: String, _ record: LocalRecord) throws {
         let (bytes, long) = Self.recordKey(id, key)
         try txn.put(records, key: bytes, value: record.encoded(fullKey: long ? key : nil))
+        if record.isDirty { try txn.put(dirty, key: bytes, value: []) } else { _ = try txn.delete(dirty, key: bytes) }
+    }
+
+    /// The dirty records of dataset `id`, from the dirty index.
+    func dirtyRecords(_ txn: Transaction, _ id: UInt64) throws -> [(key: String, record: LocalRecord)] {
+        let prefix = [UInt8].bigEndian(id)
+        var keys: [[UInt8]] = []
+        try txn.withCursor(dirty) { cursor in
+            var pair = try cursor.seek(atLeast: prefix)
+            while let current = pair, current.key.starts(with: prefix) {
+                keys.append(current.key)
+                pair = try cursor.next()
+            }
+        }
+        return try keys.compactMap { stored in
+            guard let bytes = try txn.get(records, key: stored) else { return nil }
+            let (record, fullKey) = try LocalRecord.decode(bytes)
+            return (try Self.keyOf(stored, fullKey), record)
+        }
     }
 
     /// Every record of dataset `id` (removed ones too), in key order of their stored form.
@@ -157,11 +183,13 @@ public final class ClientStore: Sendable {
 
     func removeAllRecords(_ txn: Transaction, _ id: UInt64) throws {
         let prefix = [UInt8].bigEndian(id)
-        try txn.withCursor(records) { cursor in
-            var pair = try cursor.seek(atLeast: prefix)
-            while let current = pair, current.key.starts(with: prefix) {
-                try cursor.deleteCurrent()
-                pair = try cursor.seek(atLeast: prefix)
+        for db in [records, dirty] {
+            try txn.withCursor(db) { cursor in
+                var pair = try cursor.seek(atLeast: prefix)
+                while let current = pair, current.key.starts(with: prefix) {
+                    try cursor.deleteCurrent()
+                    pair = try cursor.seek(atLeast: prefix)
+                }
             }
         }
     }
@@ -189,7 +217,13 @@ public final class ClientStore: Sendable {
     ///   refuse; ``SyncClientError/limitExceeded(_:)`` past the dataset's limits.
     @discardableResult
     public func put(identity: String, dataset name: String, key: String, value: String?, now: Date = Date()) throws -> Bool {
-        try put(identity: identity, dataset: name, values: [key: value], now: now) == 1
+        try checkRecord(key: key, value: value)
+        return try write { txn in
+            var d = try ensureDataset(txn, identity, name, now: now)
+            guard try putOne(txn, &d, name, key, value, now: now) else { return false }
+            try putDataset(txn, identity, name, d)
+            return true
+        }
     }
 
     /// Sets (nil: removes) several records as ``put(identity:dataset:key:value:now:)`` does,

@@ -26,11 +26,14 @@ public struct Conflict: Sendable, Hashable {
 /// write of a step checks that the records it replaces are the ones the sync read (their
 /// ``LocalRecord/version``), so a local change made while a sync runs is never overwritten.
 extension ClientStore {
-    /// The dataset's records and cursor, as a sync reads them before a pull is applied.
-    func snapshot(identity: String, dataset name: String) throws -> (dataset: LocalDataset?, records: [String: LocalRecord]) {
+    /// The local records of `keys` (those a pull brought), as a sync reads them before the pull
+    /// is applied: the cost follows the pull, not the dataset.
+    func snapshot(identity: String, dataset name: String, keys: [String]) throws -> [String: LocalRecord] {
         try read { txn in
-            guard let d = try dataset(txn, identity, name) else { return (nil, [:]) }
-            return (d, Dictionary(try allRecords(txn, d.id).map { ($0.key, $0.record) }, uniquingKeysWith: { a, _ in a }))
+            guard let d = try dataset(txn, identity, name) else { return [:] }
+            var found: [String: LocalRecord] = [:]
+            for key in keys { if let r = try record(txn, d.id, key) { found[key] = r } }
+            return found
         }
     }
 
@@ -72,11 +75,11 @@ extension ClientStore {
         }
     }
 
-    /// The records a push sends: the dirty ones.
+    /// The records a push sends: the dirty ones (from the dirty index).
     public func dirtyRecords(identity: String, dataset name: String) throws -> [(key: String, record: LocalRecord)] {
         try read { txn in
             guard let d = try dataset(txn, identity, name) else { return [] }
-            return try allRecords(txn, d.id).filter(\.record.isDirty)
+            return try dirtyRecords(txn, d.id)
         }
     }
 

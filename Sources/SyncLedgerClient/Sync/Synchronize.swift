@@ -49,8 +49,7 @@ extension SyncClient {
         }
         for attempt in 0...maxRetries {
             report.attempts = attempt + 1
-            let (meta, records) = try store.snapshot(identity: identity, dataset: name)
-            let cursor = meta?.lastSyncCount ?? 0
+            let cursor = try store.dataset(identity: identity, name: name)?.lastSyncCount ?? 0
             if cursor < 0 {
                 try await transport.deleteDataset(identity: identity, dataset: name)
                 try store.purge(identity: identity, dataset: name)
@@ -76,7 +75,9 @@ extension SyncClient {
             }
 
             // The pull: conflicts, records to write, and local changes the server's record is
-            // the base of (same sync count: not a conflict, kept for the push).
+            // the base of (same sync count: not a conflict, kept for the push). The local
+            // records are read now; a change after this is seen by applyPull's version check.
+            let records = try store.snapshot(identity: identity, dataset: name, keys: updates.records.map(\.key))
             var conflicts: [Conflict] = []
             var apply: [RemoteRecord] = []
             for r in updates.records {
