@@ -200,6 +200,17 @@ func withNamedSyncs(_ config: SyncConfig, _ body: (NamedSyncHarness, String) asy
         }
     }
 
+    @Test func aDatasetDeletedOnTheServerFailsTheSyncAndKeepsTheLocalCopy() async throws {
+        try await withNamedSyncs(try namedSyncConfig(.syncDown)) { h, _ in
+            try await h.otherDevice("prefs", ["a": "1"])
+            try await h.manager.run("s")
+            try await h.ledger.deleteDataset(h.server("prefs"))
+            await #expect(throws: SyncClientError.datasetDeletedOnServer("prefs")) { try await h.manager.reSync("s") }
+            #expect(h.manager.state("s")?.status == .failed)
+            #expect(try h.local("prefs", "a")?.value == "1")
+        }
+    }
+
     @Test func stateIsPersistedAndSeenAfterTheStoreIsReopened() async throws {
         try await withLedger { ledger in
             let dir = temporaryPath("named-syncs")

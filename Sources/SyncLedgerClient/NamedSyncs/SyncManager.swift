@@ -24,7 +24,9 @@ import Synchronization
 ///
 /// **Down, ``MergeMode/leaveIfChanged``**: the same, but records dirty locally are skipped
 /// (kept dirty, counted in ``DatasetSyncState/skipped``); a later up sync or
-/// ``SyncClient/synchronize(_:handler:)`` deals with them.
+/// ``SyncClient/synchronize(_:handler:)`` deals with them. As Mobile Sync's `maxTimeStamp`,
+/// this sync's own cursor moves past them (its next ``reSync(_:)`` does not fetch them again);
+/// the store's shared cursor does not (see below).
 ///
 /// **Up, ``MergeMode/overwrite``**: every dirty record is pushed so that it wins: the sync
 /// pulls first to learn the server's current sync count of each dirty key and pushes with it
