@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 import Synchronization
 
 /// Named syncs over a ``SyncClient``, after Salesforce Mobile Sync's `SyncManager`: syncs
