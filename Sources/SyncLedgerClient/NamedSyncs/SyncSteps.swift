@@ -7,10 +7,12 @@ extension SyncManager {
     /// - Returns: records met (fetched).
     func down(_ ds: inout DatasetSyncState, dataset name: String, mode: MergeMode, identity: String) async throws -> Int {
         try await locked(identity, name) {
-            let (meta, records) = try store.snapshot(identity: identity, dataset: name)
+            let meta = try store.dataset(identity: identity, name: name)
             if meta?.isDeletedLocally == true { return 0 }  // synchronize tells the server first
             let cursor = ds.syncCount
             let updates = try await client.transport.listUpdates(identity: identity, dataset: name, after: cursor)
+            // The local records the pull met, read now; applyPull's version check sees later changes.
+            let records = try store.snapshot(identity: identity, dataset: name, keys: updates.records.map(\.key))
             ds.fetched += updates.records.count
             if (cursor != 0 && !updates.datasetExists) || updates.deletedAfterRequestedSyncCount {
                 throw SyncClientError.datasetDeletedOnServer(name)
