@@ -15,7 +15,7 @@ struct ClientCommand: AsyncParsableCommand {
             --identity-pool-signin (GetId once, kept in the store, then GetCredentialsForIdentity). Local \
             commands (put, get, remove, status, datasets) work offline. docs/client.md has the details.
             """,
-        subcommands: [Put.self, Get.self, Remove.self, Sync.self, Status.self, Datasets.self])
+        subcommands: [Put.self, Get.self, Remove.self, Sync.self, Status.self, Datasets.self, ClientSyncsCommand.self])
 
     /// Where the store is and how the server is reached.
     struct Connection: ParsableArguments {

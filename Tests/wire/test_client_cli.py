@@ -26,8 +26,9 @@ def client(server, store, *args, identity=None, cred=None, env_extra=None, endpo
         if cred.get("SessionToken"):
             env["AWS_SESSION_TOKEN"] = cred["SessionToken"]
     env.update(env_extra or {})
-    sub, rest = args[0], list(args[1:])
-    command = [BINARY, "client", sub, "--store", store, "--endpoint", endpoint or server.url, "--pool", POOL]
+    depth = 2 if args[0] == "syncs" else 1
+    sub, rest = list(args[:depth]), list(args[depth:])
+    command = [BINARY, "client", *sub, "--store", store, "--endpoint", endpoint or server.url, "--pool", POOL]
     if identity:
         command += ["--identity", identity]
     out = subprocess.run(command + rest, capture_output=True, text=True, env=env, timeout=timeout)
@@ -161,3 +162,41 @@ def _kill_round(server, store, identity, cred, rng):
     code, out, err = client(server, store, "status", "--json", identity=identity, cred=cred)
     assert code == 0 and json.loads(out)["unsynced"] == 0, out + err
     return outcome
+
+
+def test_named_syncs_from_a_json_file(server, tmp_path):
+    identity = new_id()
+    cred = server.mint(POOL, identity)
+    writer, reader = str(tmp_path / "writer"), str(tmp_path / "reader")
+    client(server, writer, "put", "catalog", "a", "1", "b", "2", identity=identity, cred=cred)
+    assert client(server, writer, "sync", "catalog", identity=identity, cred=cred)[0] == 0
+    config = tmp_path / "syncs.json"
+    config.write_text(json.dumps({"syncs": [
+        {"syncName": "catalogDown", "syncType": "syncDown", "datasets": ["catalog"], "options": {"mergeMode": "LEAVE_IF_CHANGED"}},
+        {"syncName": "draftsUp", "syncType": "syncUp", "datasets": ["drafts"]}]}))
+    code, out, err = client(server, reader, "syncs", "load", str(config), identity=identity, cred=cred)
+    assert code == 0 and "catalogDown" in out, err
+    code, out, _ = client(server, reader, "syncs", "status", "--json", identity=identity, cred=cred)
+    assert {s["name"]: s["status"] for s in map(json.loads, out.splitlines())} == {"catalogDown": "NEW", "draftsUp": "NEW"}
+    # A local change the down sync leaves alone (LEAVE_IF_CHANGED).
+    client(server, reader, "put", "catalog", "b", "mine", identity=identity, cred=cred)
+    code, out, err = client(server, reader, "syncs", "run", "catalogDown", "--json", identity=identity, cred=cred)
+    state = json.loads(out)
+    assert code == 0 and state["status"] == "DONE" and state["progress"] == 100 and state["skipped"] == 1, out + err
+    assert client(server, reader, "get", "catalog", "a", identity=identity, cred=cred)[1].strip() == "1"
+    assert client(server, reader, "get", "catalog", "b", identity=identity, cred=cred)[1].strip() == "mine"
+    # resync is incremental: nothing new on the server, nothing fetched.
+    client(server, writer, "put", "catalog", "c", "3", identity=identity, cred=cred)
+    client(server, writer, "sync", "catalog", identity=identity, cred=cred)
+    code, out, err = client(server, reader, "syncs", "resync", "catalogDown", "--json", identity=identity, cred=cred)
+    assert code == 0 and json.loads(out)["pulled"] == 1, out + err
+    client(server, reader, "put", "drafts", "d1", "text", identity=identity, cred=cred)
+    code, out, err = client(server, reader, "syncs", "run", "draftsUp", "--json", identity=identity, cred=cred)
+    assert code == 0 and json.loads(out)["pushed"] == 1, out + err
+    assert server_values(server, identity, "drafts")[0] == {"d1": "text"}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"syncs": [{"syncName": "x", "syncType": "sideways", "datasets": ["d"]}]}))
+    code, _, err = client(server, reader, "syncs", "load", str(bad), identity=identity, cred=cred)
+    assert code == 1 and "syncType" in err and len(err.strip().splitlines()) == 1
+    code, _, err = client(server, reader, "syncs", "run", "nobody", identity=identity, cred=cred)
+    assert code == 1 and "nobody" in err
