@@ -168,6 +168,41 @@ final class SynchronizeTests {
         #expect(try await serverValues(pool, new, copy) == ["theme": "light", "unsynced": "yes"])
     }
 
+    /// How many requests of `operation` the server answered with `status`, from `/metrics`.
+    func served(_ operation: String, status: Int = 200) async throws -> Int {
+        let answer = try await HTTPExchange.send(endpoint: try HTTPEndpoint.parse(server.url).get(), method: .GET, path: "/metrics", timeout: .seconds(10))
+        let line = String(decoding: answer.body, as: UTF8.self).split(separator: "\n")
+            .first { $0.hasPrefix("syncledger_requests_total{operation=\"\(operation)\",status=\"\(status)\"}") }
+        return line.flatMap { $0.split(separator: " ").last.flatMap { Int($0) } } ?? 0
+    }
+
+    @Test func aLargePushTravelsAsACompressedSegmentAndASmallOneAsUpdateRecords() async throws {
+        let pool = try await server.createIdentityPool()
+        let identity = newID()
+        let a = try device(pool: pool, identity: identity), b = try device(pool: pool, identity: identity)
+        let values = Dictionary(uniqueKeysWithValues: (0..<300).map { ("key-\($0)", String(repeating: "lorem ipsum ", count: 20) + "\($0)") })
+        try await a.put("big", values.mapValues { Optional($0) })
+        let segmentsBefore = try await served("MergeOfflineSegment")
+        let report = try await a.synchronize("big")
+        #expect(report.pushed == 300 && report.lastSyncCount == 1)
+        #expect(try await served("MergeOfflineSegment") == segmentsBefore + 1, "300 records of repetitive text go as one zstd segment")
+        #expect(try await serverValues(pool, identity, "big") == values)
+        try await b.synchronize("big")
+        #expect(try await b.getAll("big") == values)
+        // A conflict through the segment path is a 409 like UpdateRecords': pulled and resolved.
+        try await a.put("big", (0..<300).reduce(into: [String: String?]()) { $0["key-\($1)"] = "a-\($1) " + String(repeating: "x", count: 200) })
+        try await b.put("big", "key-7", "from-b")
+        try await b.synchronize("big")
+        let conflict = RecordingHandler(.local)
+        #expect(try await a.synchronize("big", handler: conflict).conflicts == 1)
+        #expect(try await serverValues(pool, identity, "big")["key-7"]?.hasPrefix("a-7 ") == true)
+        // A small push is plain UpdateRecords.
+        let updatesBefore = try await served("UpdateRecords")
+        try await b.put("small", "k", "v")
+        try await b.synchronize("small")
+        #expect(try await served("UpdateRecords") == updatesBefore + 1)
+    }
+
     @Test func aPushOrEventNewerThanTheStoreQueuesASyncThatSurvivesARestart() async throws {
         let pool = try await server.createIdentityPool()
         let identity = newID()

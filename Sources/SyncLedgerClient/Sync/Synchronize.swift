@@ -109,8 +109,9 @@ extension SyncClient {
             let snapshot = Dictionary(dirty.map { ($0.key, $0.record) }, uniquingKeysWith: { a, _ in a })
             let patches = dirty.map { RecordPatch(key: $0.key, value: $0.record.value, syncCount: $0.record.syncCount, deviceLastModified: $0.record.deviceLastModified) }
             do {
-                let accepted = try await transport.putRecords(identity: identity, dataset: name, patches: patches,
-                                                              sessionToken: updates.syncSessionToken, deviceID: deviceID)
+                let base = UInt64(max(try store.dataset(identity: identity, name: name)?.lastSyncCount ?? 0, 0))
+                let accepted = try await transport.pushChanges(identity: identity, dataset: name, base: base, patches: patches,
+                                                               sessionToken: updates.syncSessionToken, deviceID: deviceID)
                 try store.applyPush(identity: identity, dataset: name, accepted: accepted, snapshot: snapshot, now: Date())
                 report.pushed += accepted.count
                 return try finish(&report, identity: identity, name: name)

@@ -101,11 +101,58 @@ public final class CognitoSyncTransport: SyncTransport {
                 PatchBody(Op: $0.value == nil ? "remove" : "replace", Key: $0.key, Value: $0.value, SyncCount: $0.syncCount,
                           DeviceLastModifiedDate: $0.deviceLastModified?.timeIntervalSince1970)
             })
+        let answer = try await call(.POST, datasetPath(identity, dataset), body: try Self.updateBody(request))
+        return (try decodeAnswer(UpdateRecordsAnswer.self, answer, operation: "UpdateRecords").Records ?? []).map(\.remote)
+    }
+
+    private static func updateBody(_ request: UpdateRecordsRequest) throws -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.withoutEscapingSlashes]
-        let body = try encoder.encode(request)
-        let answer = try await call(.POST, datasetPath(identity, dataset), body: Array(body))
+        return Array(try encoder.encode(request))
+    }
+
+    /// Changes at least this big as UpdateRecords JSON are also encoded as a segment, and the
+    /// smaller of the two is sent (small pushes are not worth compressing).
+    public static let segmentThreshold = 16 * 1024
+
+    /// Pushes as UpdateRecords, or as a zstd segment of offline changes
+    /// (`POST /segments?mode=offline`) when the patches make at least ``segmentThreshold`` bytes
+    /// of JSON and the segment is smaller. The server applies both with the same rules: a key
+    /// changed on the server after `base` is a conflict (409) and nothing is written.
+    public func pushChanges(identity: String, dataset: String, base: UInt64, patches: [RecordPatch], sessionToken: String, deviceID: String?) async throws -> [RemoteRecord] {
+        let request = UpdateRecordsRequest(
+            SyncSessionToken: sessionToken, DeviceId: deviceID,
+            RecordPatches: patches.map {
+                PatchBody(Op: $0.value == nil ? "remove" : "replace", Key: $0.key, Value: $0.value, SyncCount: $0.syncCount,
+                          DeviceLastModifiedDate: $0.deviceLastModified?.timeIntervalSince1970)
+            })
+        let json = try Self.updateBody(request)
+        if json.count >= Self.segmentThreshold, patches.count <= 1024, let segment = try? Self.offlineSegment(identity: identity, pool: pool, dataset: dataset, base: base, patches: patches, deviceID: deviceID),
+           segment.count < json.count {
+            var query = [("mode", "offline"), ("syncSessionToken", sessionToken)]
+            if let deviceID { query.append(("deviceId", deviceID)) }
+            let answer = try await call(.POST, "/segments", query: query, body: segment, contentType: "application/vnd.syncledger.segment")
+            let report = try decodeAnswer(OfflineMergeAnswer.self, answer, operation: "MergeOfflineSegment")
+            if let conflicts = report.Conflicts, !conflicts.isEmpty {
+                throw SyncClientError.conflict("\(conflicts.count) record(s) changed on the server after sync count \(base)")
+            }
+            return (report.Records ?? []).map { RemoteRecord(key: $0.Key, value: $0.Value, syncCount: $0.SyncCount ?? 0) }
+        }
+        let answer = try await call(.POST, datasetPath(identity, dataset), body: json)
         return (try decodeAnswer(UpdateRecordsAnswer.self, answer, operation: "UpdateRecords").Records ?? []).map(\.remote)
+    }
+
+    /// The patches as one offline entry on top of `base`, encoded.
+    static func offlineSegment(identity: String, pool: String, dataset: String, base: UInt64, patches: [RecordPatch], deviceID: String?) throws -> [UInt8] {
+        let stream = try StreamName(pool: pool, identity: identity, dataset: dataset)
+        let events: [Event] = patches.map { p in
+            let device = p.deviceLastModified.map(Timestamp.init)
+            if let value = p.value { return .put(key: p.key, value: value, deviceModified: device) }
+            return .remove(key: p.key, deviceModified: device)
+        }
+        let segment = Segment.offlineChanges(stream: stream, base: base, author: deviceID ?? "device", device: deviceID,
+                                             batches: [(Timestamp(Date()), events)])
+        return try segment.encoded()
     }
 
     /// DeleteDataset; a dataset the server does not have (404) is not an error.
@@ -159,13 +206,14 @@ public final class CognitoSyncTransport: SyncTransport {
     }
 
     /// A signed request; an answer that is not 2xx becomes its ``SyncClientError``.
-    private func call(_ method: HTTPMethod, _ path: String, query: [(String, String)] = [], body: [UInt8] = []) async throws -> HTTPAnswer {
+    private func call(_ method: HTTPMethod, _ path: String, query: [(String, String)] = [], body: [UInt8] = [],
+                      contentType: String = "application/json") async throws -> HTTPAnswer {
         let endpoint = try self.endpoint.get()
         let credentials = try await self.credentials.credentials()
         let signer = SigV4Signer(accessKeyID: credentials.accessKeyID, secretAccessKey: credentials.secretAccessKey,
                                  sessionToken: credentials.sessionToken, region: region, service: "cognito-sync")
         let rawQuery = query.map { SigV4.uriEncode($0.0) + "=" + SigV4.uriEncode($0.1) }.joined(separator: "&")
-        let headers: [(String, String)] = body.isEmpty ? [] : [("content-type", "application/json")]
+        let headers: [(String, String)] = body.isEmpty ? [] : [("content-type", contentType)]
         let answer = try await HTTPExchange.send(client, endpoint: endpoint, method: method, path: path, query: rawQuery,
                                                  headers: headers, body: body, signer: signer, timeout: timeout)
         guard (200..<300).contains(answer.status) else {
@@ -189,6 +237,18 @@ private struct RecordBody: Decodable {
         RemoteRecord(key: Key, value: Value, syncCount: SyncCount ?? 0, lastModified: LastModifiedDate.map(Date.init(timeIntervalSince1970:)),
                      lastModifiedBy: LastModifiedBy, deviceLastModified: DeviceLastModifiedDate.map(Date.init(timeIntervalSince1970:)))
     }
+}
+
+private struct OfflineMergeAnswer: Decodable {
+    struct Applied: Decodable {
+        var Key: String
+        var Value: String?
+        var SyncCount: UInt64?
+    }
+    struct Conflict: Decodable { var Key: String }
+    var Records: [Applied]?
+    var Conflicts: [Conflict]?
+    var DatasetSyncCount: UInt64?
 }
 
 private struct ListRecordsAnswer: Decodable {

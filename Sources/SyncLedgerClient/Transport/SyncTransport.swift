@@ -115,6 +115,11 @@ public protocol SyncTransport: Sendable {
     /// - Throws: ``SyncClientError/conflict(_:)`` on a 409.
     func putRecords(identity: String, dataset: String, patches: [RecordPatch], sessionToken: String, deviceID: String?) async throws -> [RemoteRecord]
 
+    /// Pushes local changes made on top of sync count `base` (the dataset's cursor): as
+    /// ``putRecords(identity:dataset:patches:sessionToken:deviceID:)``, or — when it is smaller
+    /// on the wire — as a zstd segment of offline changes. Same result and errors.
+    func pushChanges(identity: String, dataset: String, base: UInt64, patches: [RecordPatch], sessionToken: String, deviceID: String?) async throws -> [RemoteRecord]
+
     /// DeleteDataset. A dataset the server does not have is not an error (a local-only dataset).
     func deleteDataset(identity: String, dataset: String) async throws
 
@@ -167,5 +172,12 @@ public enum SyncClientError: Error, Sendable, Equatable, CustomStringConvertible
         case .retriesExhausted(let n): "synchronize gave up after \(n) attempts: other devices kept changing the dataset"
         case .store(let m): "local store: \(m)"
         }
+    }
+}
+
+extension SyncTransport {
+    /// UpdateRecords: a transport without a segment path pushes every change that way.
+    public func pushChanges(identity: String, dataset: String, base: UInt64, patches: [RecordPatch], sessionToken: String, deviceID: String?) async throws -> [RemoteRecord] {
+        try await putRecords(identity: identity, dataset: dataset, patches: patches, sessionToken: sessionToken, deviceID: deviceID)
     }
 }
