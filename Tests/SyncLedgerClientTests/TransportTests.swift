@@ -192,7 +192,9 @@ final class TransportTests {
         let start = ContinuousClock.now
         let error = await #expect(throws: SyncClientError.self) { try await transport.describeDataset(identity: newID(), dataset: "d") }
         #expect(error?.kind == "network", "\(String(describing: error))")
-        #expect(ContinuousClock.now - start < .seconds(5))
+        // Not a speed check: only that the 500 ms limit applies rather than the 30 s default
+        // (a loaded 2-core machine can take seconds to schedule the timeout).
+        #expect(ContinuousClock.now - start < .seconds(25))
     }
 
     @Test func anAnswerLargerThan64MiBIsRefusedUnread() async throws {

@@ -451,7 +451,9 @@ def test_bodies_that_fill_the_pool_leave_each_connection_its_share(tmp_root):
             refused = [a for a in answers if a is not None]
             assert refused and all(a in (429, "closed") for a in refused), answers
             assert len(refused) < count, answers
-            assert transport_metric(server, "syncledger_http_buffered_body_pool_bytes") > capacity - max_body
+            # The server may still be taking in the last bodies' bytes on a loaded machine.
+            assert wait_until(lambda: transport_metric(server, "syncledger_http_buffered_body_pool_bytes") > capacity - max_body, 10), \
+                transport_metric(server, "syncledger_http_buffered_body_pool_bytes")
             honest = conftest.Dataset(server.client_for(server.mint(pool, identity)), pool, identity)
             honest.put("d", {"k": "v" * 1000})
             assert honest.records("d") == {"k": ("v" * 1000, 1)}

@@ -18,19 +18,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from conftest import ADMIN_KEY, ADMIN_SECRET, BINARY, REGION, Server
-from test_identity import error_of, identity_client, sync_client
+from test_identity import admin, anonymous, error_of, identity_client, sync_client  # noqa: F401 (fixtures)
 
 PROVIDER = "login.merge.example"
-
-
-@pytest.fixture(scope="module")
-def admin(server):
-    return identity_client(server)
-
-
-@pytest.fixture(scope="module")
-def anonymous(server):
-    return identity_client(server, signed=False)
 
 
 def developer_credentials(admin, anonymous, pid, user):

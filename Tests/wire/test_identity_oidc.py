@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from conftest import BINARY
-from test_identity import error_of, identity_client, sync_client
+from test_identity import admin, anonymous, error_of, identity_client, sync_client  # noqa: F401 (fixtures)
 
 ISSUER = "https://login.oidc.test/realms/app"
 PROVIDER = "login.oidc.test/realms/app"
@@ -64,16 +64,6 @@ def issuer(server, tmp_path_factory):
                           "--jwks", str(path), "--client-id", "app-1"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return idp
-
-
-@pytest.fixture(scope="module")
-def admin(server):
-    return identity_client(server)
-
-
-@pytest.fixture(scope="module")
-def anonymous(server):
-    return identity_client(server, signed=False)
 
 
 @pytest.fixture(scope="module")
