@@ -77,6 +77,7 @@ public final class LiveEvents: Sendable {
         var lastEventID: String?
         var retry: Duration?
         var connections = 0
+        var ended = 0
     }
 
     /// A consumer of the event stream of the server at `endpoint`.
@@ -112,6 +113,9 @@ public final class LiveEvents: Sendable {
 
     /// How many streams opened so far.
     public var connections: Int { state.withLock { $0.connections } }
+
+    /// How many of them ended (for tests).
+    var endedStreams: Int { state.withLock { $0.ended } }
 
     /// Reads the stream until the task is cancelled (then returns without an error), calling
     /// `onEvent` with each event in order; an event's id becomes ``lastEventID`` once `onEvent`
@@ -259,8 +263,10 @@ public final class LiveEvents: Sendable {
             }
         } catch {
             if Task.isCancelled { throw CancellationError() }
+            state.withLock { $0.ended += 1 }
             return .ended(error)
         }
+        state.withLock { $0.ended += 1 }
         return .ended(nil)
     }
 
