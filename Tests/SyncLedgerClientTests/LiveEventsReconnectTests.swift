@@ -172,7 +172,7 @@ struct LiveEventsReconnectTests {
         #expect(try await waitUntil { server.clientClosed[0] == true })
     }
 
-    @Test func aServerErrorIsRetriedAndARefusalIsNot() async throws {
+    @Test(.timeLimit(.minutes(1))) func aServerErrorIsRetriedAndARefusalIsNot() async throws {
         let retried = try ScriptedServer { index, connection in
             if index == 0 {
                 connection.write("HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
@@ -195,7 +195,7 @@ struct LiveEventsReconnectTests {
         #expect(refusing.requests.count == 1)
     }
 
-    @Test func noContentMeansDoNotReconnect() async throws {
+    @Test(.timeLimit(.minutes(1))) func noContentMeansDoNotReconnect() async throws {
         let server = try ScriptedServer { _, connection in
             connection.write("HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
         }

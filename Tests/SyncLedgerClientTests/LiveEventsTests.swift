@@ -155,7 +155,7 @@ final class LiveEventsServerTests {
         #expect(ContinuousClock.now - start >= .seconds(3))
     }
 
-    @Test func aCredentialForAnotherIdentityIsRefusedOnce() async throws {
+    @Test(.timeLimit(.minutes(1))) func aCredentialForAnotherIdentityIsRefusedOnce() async throws {
         let pool = try await server.createIdentityPool()
         let (_, credentials) = try await server.makeIdentity(pool: pool)
         let live = LiveEvents(endpoint: server.url, pool: pool, credentials: StaticCredentials(credentials, identityID: newID()))
