@@ -74,8 +74,17 @@ final class EventService: Sendable {
         if let admin = authenticator.configuredAdmin, admin.accessKeyID == credential.accessKeyID {
             current = admin
         } else {
-            let found: Credential?
-            do { found = try ledger.secrets.credential(accessKeyID: credential.accessKeyID) } catch { return nil }
+            var found: Credential?
+            do {
+                found = try ledger.secrets.credential(accessKeyID: credential.accessKeyID)
+                // Cognito Identity's temporary credentials are not stored: their session token
+                // carries them (as Authenticator.lookup reads them); a merged or deleted identity
+                // or an expired token ends the stream.
+                if found == nil, credential.sessionToken != nil {
+                    found = try ledger.temporaryCredential(accessKeyID: credential.accessKeyID, sessionToken: credential.sessionToken)
+                    if found == nil, let expires = credential.expires, expires <= Timestamp.now { return .expired }
+                }
+            } catch { return nil }
             current = authenticator.configuredAdmin != nil && found?.scope == .admin ? nil : found
         }
         guard let current, current.secretAccessKey == credential.secretAccessKey, current.scope == credential.scope else { return .revoked }
