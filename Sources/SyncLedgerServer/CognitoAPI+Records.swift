@@ -30,6 +30,17 @@ extension CognitoAPI {
         return .json(w)
     }
 
+    /// The pool's SyncTrigger for this caller: none for the developer's (admin) credential, as in
+    /// Cognito; a configured ARN without a hook is refused rather than skipped.
+    func syncTrigger(_ pool: IdentityPoolID, _ credential: Credential) throws -> (any SyncTrigger)? {
+        if case .admin = credential.scope { return nil }
+        guard let arn = try ledger.cognitoEvents(pool)["SyncTrigger"], !arn.isEmpty else { return nil }
+        guard let hook = try ledger.secrets.hook(arn: arn) else {
+            throw WireError(LedgerError(.hookInvalidOutput, "identity pool \(pool)'s SyncTrigger \(arn) has no hook endpoint configured (syncledger sync-trigger set)"))
+        }
+        return WebhookSyncTrigger(hook: hook, client: WebhookSyncTrigger.sharedClient)
+    }
+
     func updateRecords(_ route: Route, _ request: WireRequest, _ credential: Credential) async throws -> WireResponse {
         let s = try stream(route)
         let json = try body(request)
@@ -56,7 +67,7 @@ extension CognitoAPI {
         case let other?: throw WireError.invalidParameter("RecordPatches must be an array, not \(other.typeName)")
         }
         let result = try await ledger.updateRecords(s, patches: patches, deviceID: deviceID, caller: caller(credential), sessionToken: token,
-                                                    idempotencyKey: request.header("idempotency-key"))
+                                                    idempotencyKey: request.header("idempotency-key"), trigger: try syncTrigger(s.pool, credential))
         var w = JSONWriter(capacity: 64 + result.records.count * 128)
         w.beginObject()
         w.key("Records"); w.beginArray()

@@ -40,6 +40,11 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
         case .notAuthorized: self.init(type: "NotAuthorizedException", status: 403, message: message)
         case .expired: self.init(type: "MessageExpiredException", status: 400, message: message)
         case .closed: self.init(type: "TooManyRequestsException", status: 429, message: "the server is shutting down; retry")
+        // Cognito's SyncTrigger errors. LambdaSocketTimeoutException is not in botocore's model:
+        // 504 (a gateway that timed out waiting for the hook), documented in README.
+        case .hookTimeout: self.init(type: "LambdaSocketTimeoutException", status: 504, message: message)
+        case .hookThrottled: self.init(type: "LambdaThrottledException", status: 429, message: message)
+        case .hookInvalidOutput: self.init(type: "InvalidLambdaFunctionOutputException", status: 400, message: message)
         default: self.init(type: "InternalErrorException", status: 500, message: message)
         }
     }

@@ -107,8 +107,10 @@ extension Ledger {
     /// - Throws: ``LedgerError`` `.conflict` (naming each key and both counts),
     ///   `.limitExceeded`, `.invalidParameter`, `.invalidSessionToken`, `.diskFull`; in every
     ///   case nothing was written.
+    ///   - trigger: the pool's SyncTrigger, when the caller is one it applies to (not the
+    ///     developer's admin credential): the update goes through it (see `SyncTrigger.swift`).
     public func updateRecords(_ stream: StreamName, patches: [RecordPatch], deviceID: String? = nil, caller: String? = nil, sessionToken: String?,
-                              idempotencyKey: String? = nil) async throws -> UpdateResult {
+                              idempotencyKey: String? = nil, trigger: (any SyncTrigger)? = nil) async throws -> UpdateResult {
         try Self.requireUserIdentity(stream.identity)
         // A retry of a call that was applied gets its answer, even when its session expired since.
         let idempotency = try idempotencyKey.map { name throws(LedgerError) in try IdempotencyRequest(name, stream: stream, deviceID: deviceID, patches: patches) }
@@ -120,6 +122,9 @@ extension Ledger {
             return UpdateResult(records: [], syncCount: count)
         }
         let change = try validateChange(try events(for: patches, stream: stream), for: stream, describe: { "patch \($0)" })
+        if let trigger {
+            return try await updateRecordsThroughTrigger(stream, patches: patches, origin: origin, trigger: trigger, idempotency: idempotency)
+        }
         return try await write { [self] txn in
             if let idempotency, let stored = try self.storedUpdate(txn, idempotency) { return stored }
             let (entry, view) = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in

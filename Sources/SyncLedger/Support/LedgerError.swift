@@ -8,6 +8,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
             case invalidParameter, notFound, conflict, limitExceeded, invalidSessionToken
             case corruptData, unsupportedFormat, diskFull, storage, closed, duplicateRequest, alreadyStreamed, wrongLedger
             case idempotencyConflict, expired, notAuthorized, alreadyRegistered
+            case hookTimeout, hookThrottled, hookInvalidOutput
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -47,6 +48,12 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public static let notAuthorized = Code(.notAuthorized)
         /// A developer user identifier is already linked to another identity.
         public static let alreadyRegistered = Code(.alreadyRegistered)
+        /// The pool's SyncTrigger hook did not answer in time (Cognito's `LambdaSocketTimeoutException`).
+        public static let hookTimeout = Code(.hookTimeout)
+        /// The pool's SyncTrigger hook refused for load (Cognito's `LambdaThrottledException`).
+        public static let hookThrottled = Code(.hookThrottled)
+        /// The pool's SyncTrigger hook answered something unusable (Cognito's `InvalidLambdaFunctionOutputException`).
+        public static let hookInvalidOutput = Code(.hookInvalidOutput)
 
         public var description: String { base.rawValue }
     }
@@ -90,7 +97,8 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     /// each job isolated in a nested transaction.
     public var isCleanRefusal: Bool {
         switch code {
-        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat, .idempotencyConflict, .expired, .notAuthorized, .alreadyRegistered: true
+        case .conflict, .limitExceeded, .notFound, .invalidParameter, .invalidSessionToken, .duplicateRequest, .alreadyStreamed, .wrongLedger, .unsupportedFormat, .idempotencyConflict, .expired, .notAuthorized, .alreadyRegistered,
+             .hookTimeout, .hookThrottled, .hookInvalidOutput: true
         default: false
         }
     }
