@@ -218,6 +218,10 @@ if CommandLine.arguments.contains("--oidc-setup") {
     try writeOIDCSetup()
     exit(0)
 }
+if CommandLine.arguments.contains("--sync-trigger") {
+    try await runSyncTriggerBenchmark()
+    exit(0)
+}
 if CommandLine.arguments.contains("--client") {
     try await runClientBenchmark()
     exit(0)
