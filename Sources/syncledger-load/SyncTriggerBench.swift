@@ -42,10 +42,11 @@ func runSyncTriggerBenchmark() async throws {
         let count = try await withThrowingTaskGroup(of: Int.self) { group in
             for c in 0..<connections {
                 group.addTask {
-                    let dataset = "bench-\(round)-\(c)"
+                    let dataset = "bench-\(c)"  // the same 16 every round (20 datasets per identity)
                     var done = 0
-                    var syncCount: UInt64 = 0
-                    var token = try await transport.listUpdates(identity: target.identity, dataset: dataset, after: 0).syncSessionToken
+                    let first = try await transport.listUpdates(identity: target.identity, dataset: dataset, after: 0)
+                    var syncCount = first.records.first { $0.key == "k" }?.syncCount ?? 0
+                    var token = first.syncSessionToken
                     while ContinuousClock.now < deadline {
                         let written = try await transport.putRecords(identity: target.identity, dataset: dataset,
                                                                       patches: [RecordPatch(key: "k", value: "value \(done)", syncCount: syncCount, deviceLastModified: nil)],

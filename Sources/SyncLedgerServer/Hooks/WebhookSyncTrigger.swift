@@ -27,6 +27,9 @@ struct WebhookSyncTrigger: SyncTrigger {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         configuration.timeout = .init(connect: .seconds(5), read: .seconds(5))
+        // Every concurrent UpdateRecords of a hooked pool waits on its hook: as many kept-alive
+        // connections as writers, not AsyncHTTPClient's default 8.
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
 
