@@ -13,6 +13,7 @@ public final class SecretStore: Sendable {
     let credentials: Database
     let keys: Database
     let push: Database
+    let streams: Database
     /// The store's folder.
     public var directory: String { environment.path }
 
@@ -23,12 +24,13 @@ public final class SecretStore: Sendable {
         try makePrivateDirectory(directory, what: "the secrets folder")
         var options = EnvironmentOptions()
         options.initialMapSize = 8 << 20
-        options.maxDatabases = 4
+        options.maxDatabases = 8
         do {
             environment = try Environment(path: directory, options: options)
             credentials = try environment.openDatabase("credentials")
             keys = try environment.openDatabase("keys")
             push = try environment.openDatabase("push")
+            streams = try environment.openDatabase("streams")
         } catch {
             throw LedgerError(.storage, "cannot open the secrets in \(directory): \(error)", underlying: error)
         }
