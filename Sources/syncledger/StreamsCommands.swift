@@ -30,7 +30,7 @@ struct Streams: AsyncParsableCommand {
         @Option(help: "A file holding the HMAC secret for --http (at least 16 bytes).") var secretFile: String?
         @Option(help: "Write JSON lines into this folder.") var directory: String?
         @Option(help: "Start a new file once one reaches this size (with --directory).") var maxFileBytes: Int = 64 << 20
-        @Option(help: "Kinesis PutRecords endpoint (not implemented yet).") var kinesis: String?
+        @Option(help: "Kinesis PutRecords endpoint (https://kinesis.REGION.amazonaws.com, or a stand-in).") var kinesis: String?
         @Option(help: "AWS region (with --kinesis).") var region: String?
         @Option(help: "AWS access key id (with --kinesis).") var accessKeyId: String?
         @Option(help: "A file holding the AWS secret access key (with --kinesis).") var secretAccessKeyFile: String?
@@ -61,7 +61,19 @@ struct Streams: AsyncParsableCommand {
                 c.directory = URL(fileURLWithPath: directory).standardizedFileURL.path
                 c.maxFileBytes = maxFileBytes
             } else {
-                throw CLIError("Kinesis sinks (--kinesis) are not implemented yet; use --http or --directory")
+                guard let kinesis, let parts = URLComponents(string: kinesis), ["http", "https"].contains(parts.scheme?.lowercased() ?? ""),
+                      !(parts.host ?? "").isEmpty, parts.user == nil, parts.password == nil else {
+                    throw CLIError("--kinesis must be an http(s):// endpoint URL (such as https://kinesis.us-east-1.amazonaws.com)")
+                }
+                guard let region, !region.isEmpty, let accessKeyId, !accessKeyId.isEmpty, let secretAccessKeyFile else {
+                    throw CLIError("--kinesis needs --region, --access-key-id and --secret-access-key-file")
+                }
+                c = StreamSinkConfiguration(streamName: streamName, kind: .kinesis)
+                c.url = kinesis
+                c.region = region
+                c.accessKeyID = accessKeyId
+                c.secretAccessKey = try Self.readFile(secretAccessKeyFile, what: "the AWS secret access key").trimmingCharacters(in: .whitespacesAndNewlines)
+                guard !(c.secretAccessKey ?? "").isEmpty else { throw CLIError("the secret access key file \(secretAccessKeyFile) is empty") }
             }
             let ledger = try data.open()
             defer { ledger.close() }

@@ -3,6 +3,7 @@ sync (one log entry of a user's dataset) as Cognito's stream JSON, in order per 
 least once, to a loopback HTTP sink that checks the HMAC signature, and to a directory of JSON
 lines. DISABLED pauses without loss; a kill -9 mid-stream repeats only the unacknowledged batch."""
 
+import base64
 import hashlib
 import hmac
 import json
@@ -11,6 +12,7 @@ import random
 import subprocess
 import threading
 import time
+from urllib.parse import urlparse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -172,7 +174,7 @@ class Workload:
         return sum(len(e) for e in self.expected.values())
 
 
-def check(records, workload):
+def check(records, workload, feed_order=True):
     """Every entry of the workload arrived, in order per dataset (syncCount 1, 2, …), with the
     right contents; repeats (same sequence) are dropped first. Returns how many repeats."""
     seen, unique = set(), []
@@ -194,7 +196,7 @@ def check(records, workload):
             for x in r["kinesisSyncRecords"]:
                 assert x["syncCount"] == r["syncCount"] and x["lastModifiedDate"] == r["lastModifiedDate"] > 1e12
     sequences = [r["sequence"] for r in unique]
-    assert sequences == sorted(sequences), "records left the feed order"
+    assert not feed_order or sequences == sorted(sequences), "records left the feed order"
     return len(records) - len(unique)
 
 
@@ -327,3 +329,115 @@ def test_kill_9_mid_stream_repeats_only_the_unacknowledged_batch(tmp_root):
     finally:
         server.stop()
         sink.stop()
+
+
+KINESIS_KEY, KINESIS_SECRET = "AKIDKINESISSTANDIN01", "kinesis-stand-in-secret/0123456789"
+
+
+def sigv4_valid(method, path, headers, body, secret, region, service):
+    """Recomputes a SigV4 Authorization header from what arrived (header form, no query)."""
+    lower = {k.lower(): " ".join(v.strip().split()) for k, v in headers.items()}
+    auth = lower.get("authorization", "")
+    try:
+        scope = auth.split("Credential=")[1].split(",")[0].split("/", 1)[1]
+        signed = auth.split("SignedHeaders=")[1].split(",")[0].split(";")
+    except IndexError:
+        return False
+    day, scope_region, scope_service, _ = scope.split("/")
+    if (scope_region, scope_service) != (region, service):
+        return False
+    canonical = "\n".join([method, path, "", *(f"{h}:{lower.get(h, '')}" for h in signed), "", ";".join(signed),
+                           hashlib.sha256(body).hexdigest()])
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", lower["x-amz-date"], scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = ("AWS4" + secret).encode()
+    for part in (day, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return hmac.compare_digest(auth.split("Signature=")[1], hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest())
+
+
+class KinesisStandIn:
+    """PutRecords over awsJson1_1: checks the target, content type and SigV4, refuses a share
+    of the records of the first calls (as a throttled shard does), keeps what it accepted."""
+
+    def __init__(self, refuse_calls=3):
+        self.lock = threading.Lock()
+        self.accepted, self.bad, self.refused, self.calls = [], 0, 0, 0
+        self.open = threading.Event()
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                ok = (self.headers.get("X-Amz-Target") == "Kinesis_20131202.PutRecords"
+                      and self.headers.get("Content-Type") == "application/x-amz-json-1.1"
+                      and sigv4_valid("POST", urlparse(self.path).path, dict(self.headers), body, KINESIS_SECRET, "us-east-1", "kinesis"))
+                if not ok:
+                    with stand_in.lock:
+                        stand_in.bad += 1
+                        stand_in.last_bad = dict(self.headers)
+                    return self.reply(400, {"__type": "InvalidSignatureException"})
+                if not stand_in.open.is_set():
+                    return self.reply(500, {"__type": "InternalFailure"})  # until the workload is in: one big batch
+                request = json.loads(body)
+                results = []
+                with stand_in.lock:
+                    stand_in.calls += 1
+                    throttle = stand_in.calls <= refuse_calls
+                    for i, r in enumerate(request["Records"]):
+                        if throttle and i % 2 == 0:
+                            stand_in.refused += 1
+                            results.append({"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "slow down"})
+                            continue
+                        record = json.loads(base64.b64decode(r["Data"]))
+                        assert r["PartitionKey"] == f"{record['identityId']}/{record['dataSetName']}"
+                        assert request["StreamName"]
+                        stand_in.accepted.append(record)
+                        results.append({"SequenceNumber": str(len(stand_in.accepted)), "ShardId": "shardId-000000000000"})
+                self.reply(200, {"FailedRecordCount": sum("ErrorCode" in x for x in results), "Records": results})
+
+            def reply(self, status, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-amz-json-1.1")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def records(self, pool):
+        with self.lock:
+            return [r for r in self.accepted if r["identityPoolId"] == pool]
+
+
+def test_kinesis_put_records_signed_in_order_per_dataset_despite_partial_failures(stream_server, tmp_root):
+    kinesis = KinesisStandIn()
+    try:
+        admin, pool, name = stream_server.client(), new_id(), "k-" + new_id().split(":")[1][:8]
+        secret_file = os.path.join(tmp_root, "kinesis-secret")
+        with open(secret_file, "w") as f:
+            f.write(KINESIS_SECRET)
+        syncledger(stream_server.data_dir, "streams", "configure", "--stream-name", name, "--kinesis", kinesis.url,
+                   "--region", "us-east-1", "--access-key-id", KINESIS_KEY, "--secret-access-key-file", secret_file)
+        enable(admin, pool, name)
+        work = Workload(admin, pool, seed=7)
+        work.run(60)
+        kinesis.open.set()
+        try:
+            wait_until(lambda: len({r["sequence"] for r in kinesis.records(pool)}) >= work.total(), what="every record in Kinesis")
+        except AssertionError as e:
+            log = open(stream_server.log_path, errors="replace").read()[-1500:]
+            raise AssertionError(f"{e}; calls {kinesis.calls}, bad {kinesis.bad} {getattr(kinesis, 'last_bad', None)}, refused {kinesis.refused}; log: {log}")
+        check(kinesis.records(pool), work, feed_order=False)
+        assert kinesis.bad == 0 and kinesis.refused > 0
+        assert kinesis.calls > 3, "the batch was not split into rounds of one record per dataset"
+        assert KINESIS_SECRET not in syncledger(stream_server.data_dir, "streams", "status", "--json")
+    finally:
+        kinesis.open.set()
+        kinesis.server.shutdown()

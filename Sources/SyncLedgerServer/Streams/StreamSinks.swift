@@ -30,7 +30,12 @@ enum StreamSinks {
             }
             return DirectoryStreamSink(directory: directory, maxFileBytes: configuration.maxFileBytes ?? 64 << 20)
         case .kinesis:
-            throw StreamSinkError("Kinesis sinks are not implemented yet (stream \(configuration.streamName))")
+            guard let url = configuration.url, let region = configuration.region, let key = configuration.accessKeyID,
+                  let secret = configuration.secretAccessKey else {
+                throw StreamSinkError("the Kinesis sink of stream \(configuration.streamName) lacks its URL, region or keys")
+            }
+            return KinesisStreamSink(url: url, streamName: configuration.streamName,
+                                     signer: SigV4Signer(accessKeyID: key, secretAccessKey: secret, region: region, service: "kinesis"), client: client)
         }
     }
 }
