@@ -23,6 +23,8 @@ final class StreamService: Sendable {
     let logger: Logger
     private let backoff = Mutex<[String: (next: ContinuousClock.Instant, delay: Duration)]>([:])
     private let warned = Mutex<Set<String>>([])
+    /// The pools' stream settings as last read, the feed position read just before them, and when.
+    private let settings = Mutex<(list: [PoolStreamSetting], watched: UInt64, read: ContinuousClock.Instant)?>(nil)
     static let initialBackoff: Duration = .milliseconds(100)
     static let maxBackoff: Duration = .seconds(30)
 
@@ -58,7 +60,7 @@ final class StreamService: Sendable {
     /// One batch per enabled target; whether any cursor moved.
     private func pass() async throws -> Bool {
         var progressed = false
-        for setting in try ledger.poolStreamSettings() {
+        for setting in try currentSettings() {
             if Task.isCancelled { break }
             let pool = setting.pool.rawValue, name = setting.streamName
             let key = pool + "\u{0}" + name
@@ -102,6 +104,31 @@ final class StreamService: Sendable {
             progressed = true
         }
         return progressed
+    }
+
+    /// The pools' stream settings: read again when an entry of a pool's configuration stream
+    /// was committed since the last read (a batch ends before such an entry, so the next one is
+    /// read under the new settings), and at least every 30 seconds; otherwise kept, so a commit
+    /// does not cost a read of every pool's configuration.
+    private func currentSettings() throws -> [PoolStreamSetting] {
+        let last = try ledger.lastSequence
+        if let cached = settings.withLock({ $0 }), ContinuousClock.now - cached.read < .seconds(30) {
+            var position = cached.watched
+            var changed = false
+            while position < last, !changed {
+                let summaries = try ledger.commitSummaries(after: position, limit: 4096)
+                guard let tail = summaries.last else { break }
+                changed = summaries.contains { $0.isSystem && $0.stream.dataset.rawValue == "configuration" }
+                position = tail.sequence
+            }
+            if !changed {
+                settings.withLock { $0?.watched = position }
+                return cached.list
+            }
+        }
+        let list = try ledger.poolStreamSettings()  // after `last`: a change committed later is seen next time
+        settings.withLock { $0 = (list, last, .now) }
+        return list
     }
 
     /// The Prometheus lines: per target, its lag in feed entries and what it delivered.
