@@ -104,7 +104,7 @@ struct DirectoryStreamSink: StreamSink {
         let path = directory + "/" + (name ?? String(format: "stream-%020llu.jsonl", first))
         var bytes: [UInt8] = []
         for r in records { bytes += r.json; bytes.append(0x0A) }
-        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw StreamSinkError("cannot open \(path): errno \(errno)") }
         defer { close(fd) }
         var done = 0
