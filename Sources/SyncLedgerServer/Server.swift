@@ -177,6 +177,9 @@ public enum SyncLedgerServer {
         let push = try client == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
         defer { if let push { Self.stopPush(push) } }
         api.push = push?.service
+        // Cognito Streams: a leader delivers them; a follower's leader does.
+        let streams = try client == nil ? StreamService(ledger: ledger, logger: logger) : nil
+        defer { streams?.shutdown() }
         let shared = TransportShared(
             limits: HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,
                                bodyTimeout: configuration.bodyTimeout, maxBodyBytes: configuration.maxBodyBytes),
@@ -187,7 +190,7 @@ public enum SyncLedgerServer {
         let handler = RequestHandler(
             api: api, events: events,
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication),
-            transport: shared, ledger: ledger, push: push?.service, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
+            transport: shared, ledger: ledger, push: push?.service, streams: streams, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
         let onListening = configuration.onListening
         let host = configuration.host
         let listening = Atomic<Bool>(false)
@@ -207,6 +210,7 @@ public enum SyncLedgerServer {
             logger: logger)
         let replication = follower.map { f in Task { await f.run() } }
         let delivery = push.map { p in Task { await p.service.run() } }
+        let streaming = streams.map { s in Task { await s.run() } }
         let eventHub = Task { await events.run() }
         // A follower purges too: its message keys are views of the replicated entries.
         let purge = Task { [retention = configuration.idempotencyRetention] in
@@ -232,6 +236,8 @@ public enum SyncLedgerServer {
             await replication?.value
             delivery?.cancel()
             await delivery?.value
+            streaming?.cancel()
+            await streaming?.value
             eventHub.cancel()
             await eventHub.value
             throw listening.load(ordering: .acquiring) ? error : Startup.describeBindError(error, host: configuration.host, port: configuration.port)
@@ -240,6 +246,8 @@ public enum SyncLedgerServer {
         await replication?.value
         delivery?.cancel()
         await delivery?.value
+        streaming?.cancel()
+        await streaming?.value
         eventHub.cancel()
         await eventHub.value
         logger.info("stopped; closing the ledger")

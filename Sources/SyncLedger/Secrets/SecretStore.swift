@@ -14,6 +14,7 @@ public final class SecretStore: Sendable {
     let keys: Database
     let push: Database
     let hooks: Database
+    let streams: Database
     /// The store's folder.
     public var directory: String { environment.path }
 
@@ -31,6 +32,7 @@ public final class SecretStore: Sendable {
             keys = try environment.openDatabase("keys")
             push = try environment.openDatabase("push")
             hooks = try environment.openDatabase("hooks")
+            streams = try environment.openDatabase("streams")
         } catch {
             throw LedgerError(.storage, "cannot open the secrets in \(directory): \(error)", underlying: error)
         }

@@ -14,6 +14,8 @@ struct RequestHandler: Sendable {
     let transport: TransportShared
     let ledger: Ledger
     let push: PushService?
+    /// Cognito Streams delivery (nil on a follower).
+    var streams: StreamService? = nil
     let maxBodyBytes: Int
     let logger: Logger
 
@@ -34,6 +36,7 @@ struct RequestHandler: Sendable {
         if request.method == .get, path == "/metrics" {
             let text = metrics.render(ledger: ledger) + transport.metrics.render(connections: transport.connections, budget: transport.budget)
                 + (push.map { $0.metrics.render(outbox: $0.outbox, ledger: ledger) } ?? "")
+                + (streams?.renderMetrics() ?? "")
                 + events.renderMetrics()
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
         }

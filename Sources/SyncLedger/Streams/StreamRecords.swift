@@ -1,0 +1,145 @@
+import Foundation
+
+/// One sync (one log entry of a user's dataset) as a Cognito Streams record: Cognito's stream
+/// JSON (`identityPoolId`, `identityId`, `dataSetName`, `operation`, `kinesisSyncRecords`,
+/// `kinesisSyncRecordsURL`, `lastModifiedDate`, `payloadType`, `syncCount`) plus `sequence`,
+/// the entry's change-feed position, for consumers to drop repeats (delivery is at least once).
+///
+/// Dates are epoch milliseconds, as in Cognito's stream format. A dataset delete is
+/// `"operation":"remove"` with no records; otherwise the operation is `replace` and each event
+/// is a record with `op` `replace` (a put) or `remove` (a removed key, `value` null). Payloads
+/// are always inline (`payloadType` `Inline`, `kinesisSyncRecordsURL` null): no S3 fallback.
+public struct StreamRecord: Sendable, Hashable {
+    /// The entry's position in the change feed.
+    public let sequence: UInt64
+    /// `identityId/dataSetName`: the Kinesis partition key.
+    public let partitionKey: String
+    /// The record as compact JSON with sorted keys.
+    public let json: [UInt8]
+
+    /// A record.
+    public init(sequence: UInt64, partitionKey: String, json: [UInt8]) {
+        self.sequence = sequence
+        self.partitionKey = partitionKey
+        self.json = json
+    }
+
+    /// The record of `entry` in pool `entry.stream.pool`.
+    public init(entry: LogEntry) {
+        let time = entry.time.milliseconds
+        var operation = "replace"
+        var records: [[String: Any]] = []
+        for event in entry.events {
+            switch event {
+            case .put(let key, let value, let device):
+                records.append(["key": key, "value": value, "syncCount": entry.offset, "lastModifiedDate": time,
+                                "deviceLastModifiedDate": device?.milliseconds ?? time, "op": "replace"])
+            case .remove(let key, let device):
+                records.append(["key": key, "value": NSNull(), "syncCount": entry.offset, "lastModifiedDate": time,
+                                "deviceLastModifiedDate": device?.milliseconds ?? time, "op": "remove"])
+            case .deleteDataset:
+                operation = "remove"
+                records.removeAll()
+            }
+        }
+        let object: [String: Any] = [
+            "identityPoolId": entry.stream.pool.rawValue, "identityId": entry.stream.identity.rawValue,
+            "dataSetName": entry.stream.dataset.rawValue, "operation": operation, "kinesisSyncRecords": records,
+            "kinesisSyncRecordsURL": NSNull(), "lastModifiedDate": time, "payloadType": "Inline",
+            "syncCount": entry.offset, "sequence": entry.sequence,
+        ]
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+        self.init(sequence: entry.sequence, partitionKey: "\(entry.stream.identity.rawValue)/\(entry.stream.dataset.rawValue)", json: Array(data))
+    }
+}
+
+/// What one read of the change feed gives a stream target.
+public struct StreamBatch: Sendable {
+    /// The records, in feed order (so in order per dataset).
+    public var records: [StreamRecord]
+    /// The feed position to move the target's cursor to once the records are acknowledged
+    /// (the cursor given when nothing was read).
+    public var last: UInt64
+}
+
+/// A pool whose configuration names a Cognito stream.
+public struct PoolStreamSetting: Sendable, Hashable {
+    /// The pool.
+    public var pool: IdentityPoolID
+    /// Its `StreamName`.
+    public var streamName: String
+    /// Whether `StreamingStatus` is `ENABLED`.
+    public var enabled: Bool
+}
+
+extension Ledger {
+    /// Every pool whose `CognitoStreams` names a stream, with whether streaming is enabled.
+    public func poolStreamSettings() throws -> [PoolStreamSetting] {
+        try poolsWithStreams().compactMap { pool in
+            guard let c = try poolConfiguration(pool).cognitoStreams, let name = c.streamName, !name.isEmpty else { return nil }
+            return PoolStreamSetting(pool: pool, streamName: name, enabled: c.streamingStatus?.uppercased() == "ENABLED")
+        }
+    }
+
+    /// Where a stream target that has no cursor yet starts: the feed position of the
+    /// configuration change that enabled streaming to `streamName` (the first entry of the
+    /// pool's configuration stream in the latest unbroken run of "enabled to this name"), so
+    /// that every change committed after it is streamed; the end of the feed when the pool's
+    /// configuration does not (now) enable it. Cognito streams only new changes.
+    public func streamStartSequence(pool: IdentityPoolID, streamName: String) throws -> UInt64 {
+        let stream = Self.systemStream(pool, "configuration")
+        var runStart: UInt64?
+        try forEachEntry(in: stream) { entry in
+            for case .put("configuration", let value, _) in entry.events {
+                let c = (try? Self.decode(PoolConfiguration.self, value, stream: stream))?.cognitoStreams
+                if c?.streamName == streamName, c?.streamingStatus?.uppercased() == "ENABLED" {
+                    if runStart == nil { runStart = entry.sequence }
+                } else {
+                    runStart = nil
+                }
+            }
+            return true
+        }
+        return try runStart ?? lastSequence
+    }
+
+    /// The records of `pool`'s user datasets committed after feed position `cursor`: at most
+    /// `maxRecords`, and at most `maxBytes` of JSON unless one record alone is larger; entries
+    /// of other pools and internal streams are passed over (and the cursor moves past them).
+    /// The batch ends before an entry of the pool's configuration stream (alone, it is that
+    /// entry with no records), so a caller that reads the pool's settings before each batch
+    /// never streams a change committed after `StreamingStatus` became `DISABLED`.
+    ///
+    /// - Parameter scanLimit: the most feed entries read in one call.
+    public func streamBatch(pool: IdentityPoolID, after cursor: UInt64, maxRecords: Int = 500, maxBytes: Int = 1 << 20,
+                            scanLimit: Int = 20_000) throws -> StreamBatch {
+        let configuration = Self.systemStream(pool, "configuration")
+        var batch = StreamBatch(records: [], last: cursor)
+        var bytes = 0
+        var scanned = 0
+        while scanned < scanLimit {
+            let summaries = try commitSummaries(after: batch.last, limit: min(4096, scanLimit - scanned))
+            for s in summaries {
+                if s.stream == configuration {
+                    // The pool's settings change here: end the batch, so that what follows is
+                    // read under the new settings (a DISABLED holds everything after it).
+                    if batch.records.isEmpty { batch.last = s.sequence }
+                    return batch
+                }
+                if s.stream.pool == pool, !s.stream.isInternal {
+                    guard let entry = try entries(in: s.stream, from: s.offset, limit: 1).first, entry.sequence == s.sequence else {
+                        throw LedgerError(.corruptData, "the feed names sequence \(s.sequence), which its stream's index lacks", stream: s.stream, offset: s.offset)
+                    }
+                    let record = StreamRecord(entry: entry)
+                    if !batch.records.isEmpty, batch.records.count >= maxRecords || bytes + record.json.count > maxBytes { return batch }
+                    batch.records.append(record)
+                    bytes += record.json.count
+                }
+                batch.last = s.sequence
+            }
+            scanned += summaries.count
+            if summaries.count < 4096 { break }
+        }
+        return batch
+    }
+}

@@ -1,0 +1,159 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOPosix
+import SyncLedger
+import Synchronization
+
+/// Cognito Streams delivery: for every pool whose `CognitoStreams` is `ENABLED`, each sync (one
+/// log entry of a user's dataset) goes, in feed order and so in order per dataset, to the sink
+/// configured for its `StreamName` (`syncledger streams configure`).
+///
+/// Like push delivery it reads the change feed after the commit and never holds a write; its
+/// cursors (``StreamCursorStore``, `DATA/streams`) move only after the sink acknowledged a
+/// batch, so delivery is at least once, with repeats only of a batch unacknowledged at a crash.
+/// A failed batch is sent again, the same records from the same cursor, after an exponential
+/// backoff (100 ms doubling to 30 s); nothing is skipped. `DISABLED` pauses a target (its cursor
+/// stays); a target seen `ENABLED` for the first time starts at the configuration change that
+/// enabled it. Only a leader runs it.
+final class StreamService: Sendable {
+    let ledger: Ledger
+    let store: StreamCursorStore
+    let client: HTTPClient
+    let logger: Logger
+    private let backoff = Mutex<[String: (next: ContinuousClock.Instant, delay: Duration)]>([:])
+    private let warned = Mutex<Set<String>>([])
+    /// The pools' stream settings as last read, the feed position read just before them, and when.
+    private let settings = Mutex<(list: [PoolStreamSetting], watched: UInt64, read: ContinuousClock.Instant)?>(nil)
+    static let initialBackoff: Duration = .milliseconds(100)
+    static let maxBackoff: Duration = .seconds(30)
+
+    init(ledger: Ledger, logger: Logger) throws {
+        self.ledger = ledger
+        self.logger = logger
+        self.store = try StreamCursorStore(directory: ledger.directory + "/streams", durable: ledger.options.durable)
+        self.client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton,
+                                 configuration: HTTPClient.Configuration(timeout: .init(connect: .seconds(10), read: .seconds(30))))
+    }
+
+    /// Stops the HTTP client (after ``run()`` returned).
+    func shutdown() { try? client.syncShutdown() }
+
+    /// Delivers until the task is cancelled: a pass after every commit, and at least every
+    /// second (a sink configured by the CLI, a backoff that ran out).
+    func run() async {
+        while !Task.isCancelled {
+            let seen = ledger.commitSignal.generation
+            var progressed = false
+            do { progressed = try await pass() } catch {
+                if Task.isCancelled { return }
+                logger.error("streams: cannot read the log or the cursors", metadata: ["error": "\(error)"])
+            }
+            if progressed { continue }
+            let now = ContinuousClock.now
+            let soonest = backoff.withLock { $0.values.map(\.next).min() }
+            let wait = min(.seconds(1), max(.milliseconds(1), (soonest ?? now + .seconds(1)) - now))
+            _ = await ledger.commitSignal.wait(after: seen, timeout: wait)
+        }
+    }
+
+    /// One batch per enabled target; whether any cursor moved.
+    private func pass() async throws -> Bool {
+        var progressed = false
+        for setting in try currentSettings() {
+            if Task.isCancelled { break }
+            let pool = setting.pool.rawValue, name = setting.streamName
+            let key = pool + "\u{0}" + name
+            var target: StreamTarget
+            if let known = try store.target(pool: pool, streamName: name) {
+                target = known
+            } else {
+                guard setting.enabled else { continue }
+                target = try store.start(pool: pool, streamName: name, at: try ledger.streamStartSequence(pool: setting.pool, streamName: name))
+                logger.info("streams: streaming started", metadata: ["pool": "\(pool)", "stream": "\(name)", "cursor": "\(target.cursor)"])
+            }
+            guard setting.enabled else { continue }
+            if let b = backoff.withLock({ $0[key] }), b.next > .now { continue }
+            let batch = try ledger.streamBatch(pool: setting.pool, after: target.cursor)
+            guard batch.last > target.cursor else { continue }
+            if !batch.records.isEmpty {
+                guard let configuration = try ledger.secrets.streamSink(name: name) else {
+                    if warned.withLock({ $0.insert(key).inserted }) {
+                        logger.warning("streams: no sink is configured for the stream; its records wait (syncledger streams configure)",
+                                       metadata: ["pool": "\(pool)", "stream": "\(name)"])
+                    }
+                    continue
+                }
+                warned.withLock { _ = $0.remove(key) }
+                do {
+                    try await StreamSinks.make(configuration, client: client).deliver(batch.records)
+                } catch {
+                    let delay = backoff.withLock { state -> Duration in
+                        let delay = state[key].map { min($0.delay * 2, Self.maxBackoff) } ?? Self.initialBackoff
+                        state[key] = (.now + delay, delay)
+                        return delay
+                    }
+                    logger.warning("streams: delivery failed; the batch is sent again",
+                                   metadata: ["pool": "\(pool)", "stream": "\(name)", "records": "\(batch.records.count)", "in_ms": "\(delay.milliseconds)", "error": "\(error)"])
+                    try? store.recordFailure(pool: pool, streamName: name, reason: "\(error)")
+                    continue
+                }
+                backoff.withLock { $0[key] = nil }
+            }
+            target = try store.acknowledge(pool: pool, streamName: name, through: batch.last, records: batch.records.count)
+            progressed = true
+        }
+        return progressed
+    }
+
+    /// The pools' stream settings: read again when an entry of a pool's configuration stream
+    /// was committed since the last read (a batch ends before such an entry, so the next one is
+    /// read under the new settings), and at least every 30 seconds; otherwise kept, so a commit
+    /// does not cost a read of every pool's configuration.
+    private func currentSettings() throws -> [PoolStreamSetting] {
+        let last = try ledger.lastSequence
+        if let cached = settings.withLock({ $0 }), ContinuousClock.now - cached.read < .seconds(30) {
+            var position = cached.watched
+            var changed = false
+            while position < last, !changed {
+                let summaries = try ledger.commitSummaries(after: position, limit: 4096)
+                guard let tail = summaries.last else { break }
+                changed = summaries.contains { $0.isSystem && $0.stream.dataset.rawValue == "configuration" }
+                position = tail.sequence
+            }
+            if !changed {
+                settings.withLock { $0?.watched = position }
+                return cached.list
+            }
+        }
+        let list = try ledger.poolStreamSettings()  // after `last`: a change committed later is seen next time
+        settings.withLock { $0 = (list, last, .now) }
+        return list
+    }
+
+    /// The Prometheus lines: per target, its lag in feed entries and what it delivered.
+    func renderMetrics() -> String {
+        guard let targets = try? store.all() else { return "" }
+        let last = (try? ledger.lastSequence) ?? 0
+        var lag = "# HELP syncledger_stream_lag_entries Change-feed entries after a Cognito stream target's cursor.\n# TYPE syncledger_stream_lag_entries gauge\n"
+        var records = "# HELP syncledger_stream_delivered_records_total Stream records acknowledged by the sink.\n# TYPE syncledger_stream_delivered_records_total counter\n"
+        var batches = "# HELP syncledger_stream_delivered_batches_total Stream batches acknowledged by the sink.\n# TYPE syncledger_stream_delivered_batches_total counter\n"
+        var failures = "# HELP syncledger_stream_failures_total Stream delivery attempts that failed (and were retried).\n# TYPE syncledger_stream_failures_total counter\n"
+        for t in targets {
+            let labels = "{stream=\"\(Self.escape(t.streamName))\",pool=\"\(Self.escape(t.pool))\"}"
+            lag += "syncledger_stream_lag_entries\(labels) \(last > t.cursor ? last - t.cursor : 0)\n"
+            records += "syncledger_stream_delivered_records_total\(labels) \(t.delivered)\n"
+            batches += "syncledger_stream_delivered_batches_total\(labels) \(t.batches)\n"
+            failures += "syncledger_stream_failures_total\(labels) \(t.failures)\n"
+        }
+        return lag + records + batches + failures
+    }
+
+    static func escape(_ s: String) -> String {
+        s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"").replacingOccurrences(of: "\n", with: "\\n")
+    }
+}
+
+extension Duration {
+    var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
+}

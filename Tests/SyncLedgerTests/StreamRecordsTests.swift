@@ -1,0 +1,87 @@
+import Foundation
+import Testing
+import SyncLedgerTestSupport
+@testable import SyncLedger
+
+/// Cognito Streams: the record format, batches read from the feed, where a target starts, and
+/// the cursor store.
+@Suite struct StreamRecordsTests {
+    func enable(_ ledger: Ledger, _ pool: IdentityPoolID, _ on: Bool, name: String = "s1") async throws {
+        _ = try await ledger.setPoolConfiguration(pool, pushSync: nil, cognitoStreams: StreamsConfiguration(
+            streamName: name, streamingStatus: on ? "ENABLED" : "DISABLED"), caller: "admin")
+    }
+
+    func object(_ r: StreamRecord) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(r.json)) as? [String: Any])
+    }
+
+    @Test func recordsCarryCognitosStreamJSONAndStopAtTheConfiguration() async throws {
+        try await withLedger { ledger in
+            let s = stream()
+            try await enable(ledger, s.pool, true)
+            let start = try ledger.streamStartSequence(pool: s.pool, streamName: "s1")
+            let feedEnd = try ledger.lastSequence
+            #expect(start == feedEnd)
+            _ = try await ledger.put(s, ["a": "1", "b": "2"])
+            _ = try await ledger.put(s, ["a": nil])
+            _ = try await ledger.put(stream("other", pool: "test:9"), ["x": "1"])
+            _ = try await ledger.deleteDataset(s)
+            try await enable(ledger, s.pool, false)
+            _ = try await ledger.put(s, ["c": "3"])
+            let batch = try ledger.streamBatch(pool: s.pool, after: start)
+            #expect(batch.records.count == 3)
+            let objects = try batch.records.map(object)
+            #expect(objects.map { $0["syncCount"] as? Int } == [1, 2, 3])
+            #expect(objects.map { $0["operation"] as? String } == ["replace", "replace", "remove"])
+            let first = try #require(objects[0]["kinesisSyncRecords"] as? [[String: Any]])
+            #expect(Set(first.compactMap { $0["key"] as? String }) == ["a", "b"] && first.allSatisfy { $0["op"] as? String == "replace" })
+            let removed = try #require(objects[1]["kinesisSyncRecords"] as? [[String: Any]])
+            #expect(removed.count == 1 && removed[0]["op"] as? String == "remove" && removed[0]["value"] is NSNull)
+            #expect((objects[2]["kinesisSyncRecords"] as? [Any])?.isEmpty == true)
+            #expect(objects.allSatisfy { $0["payloadType"] as? String == "Inline" && $0["identityPoolId"] as? String == s.pool.rawValue })
+            #expect(batch.records[0].partitionKey == "\(s.identity.rawValue)/ds")
+            // The batch ended before the DISABLED entry; alone, that entry is a batch of no records.
+            let disabled = try ledger.streamBatch(pool: s.pool, after: batch.last)
+            #expect(disabled.records.isEmpty && disabled.last == batch.last + 1)
+            let paused = try ledger.poolStreamSettings().first { $0.pool == s.pool }
+            #expect(paused?.enabled == false)
+            // Enabled again, the change made while paused follows.
+            try await enable(ledger, s.pool, true)
+            let resumed = try ledger.streamBatch(pool: s.pool, after: disabled.last)
+            let resumedObject = try object(try #require(resumed.records.first))
+            #expect(resumed.records.count == 1 && resumedObject["syncCount"] as? Int == 4)
+        }
+    }
+
+    @Test func batchesHoldAtMostTheLimits() async throws {
+        try await withLedger { ledger in
+            let s = stream()
+            try await enable(ledger, s.pool, true)
+            let start = try ledger.lastSequence
+            for i in 0..<7 { _ = try await ledger.put(s, ["k\(i)": String(repeating: "v", count: 100)]) }
+            let two = try ledger.streamBatch(pool: s.pool, after: start, maxRecords: 2)
+            #expect(two.records.count == 2 && two.last == two.records[1].sequence)
+            let small = try ledger.streamBatch(pool: s.pool, after: start, maxBytes: 10)
+            #expect(small.records.count == 1)
+            let all = try ledger.streamBatch(pool: s.pool, after: start)
+            let last = try ledger.lastSequence
+            #expect(all.records.count == 7 && all.last == last)
+        }
+    }
+
+    @Test func cursorsMoveForwardOnlyAndCount() throws {
+        let path = temporaryPath("streams")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let store = try StreamCursorStore(directory: path, durable: false)
+        #expect(try store.target(pool: "p", streamName: "s") == nil)
+        #expect(try store.start(pool: "p", streamName: "s", at: 10).cursor == 10)
+        #expect(try store.start(pool: "p", streamName: "s", at: 99).cursor == 10)
+        try store.recordFailure(pool: "p", streamName: "s", reason: "503")
+        var t = try store.acknowledge(pool: "p", streamName: "s", through: 20, records: 3)
+        #expect(t.cursor == 20 && t.delivered == 3 && t.batches == 1 && t.failures == 1 && t.lastError == nil)
+        t = try store.acknowledge(pool: "p", streamName: "s", through: 15, records: 0)
+        #expect(t.cursor == 20 && t.batches == 1)
+        #expect(try store.remove(streamName: "s") == 1)
+        #expect(try store.all().isEmpty)
+    }
+}
