@@ -112,6 +112,9 @@ public final class Ledger: Sendable {
     let identityPoolCache = SystemRecordCache<IdentityPoolDefinition>()
     /// OpenID Connect providers, decoded once per version of their stream.
     let openIDProviderCache = SystemRecordCache<OpenIDProvider>()
+    /// Pools' Cognito events, decoded once per version of their configuration stream (every
+    /// UpdateRecords of an identity asks for its pool's SyncTrigger).
+    let cognitoEventsCache = SystemRecordCache<[String: String]>()
     /// ID tokens that verified, so a sign-in's second call does not verify the same token again.
     let verifiedTokens = VerifiedTokenCache()
 

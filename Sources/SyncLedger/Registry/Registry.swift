@@ -156,7 +156,7 @@ extension Ledger {
     /// The pool's Cognito events (event type → Lambda ARN).
     public func cognitoEvents(_ pool: IdentityPoolID) throws -> [String: String] {
         let stream = Self.systemStream(pool, "configuration")
-        return try recordValue(stream, key: "events").map { try Self.decode([String: String].self, $0, stream: stream) } ?? [:]
+        return try cognitoEventsCache.value(self, stream, key: "events") { try Self.decode([String: String].self, $0, stream: stream) } ?? [:]
     }
 
     /// Replaces the pool's Cognito events.
