@@ -33,21 +33,39 @@ struct WebhookSyncTrigger: SyncTrigger {
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
 
-    static func eventJSON(_ event: SyncTriggerEvent) -> [String: Any] {
-        var records: [String: Any] = [:]
-        for (key, r) in event.records {
-            var item: [String: Any] = ["op": r.op]
-            item["oldValue"] = r.oldValue ?? NSNull()
-            item["newValue"] = r.newValue ?? NSNull()
-            records[key] = item
+    /// The event as Cognito sends it, written with the server's JSON writer (keys sorted).
+    static func eventJSON(_ event: SyncTriggerEvent) -> [UInt8] {
+        var w = JSONWriter(capacity: 256 + event.records.count * 64)
+        w.beginObject()
+        w.key("datasetName"); w.string(event.stream.dataset.rawValue)
+        w.key("datasetRecords"); w.beginObject()
+        for key in event.records.keys.sorted() {
+            let r = event.records[key]!
+            w.key(key); w.beginObject()
+            w.key("newValue"); if let v = r.newValue { w.string(v) } else { w.null() }
+            w.key("oldValue"); if let v = r.oldValue { w.string(v) } else { w.null() }
+            w.key("op"); w.string(r.op)
+            w.endObject()
         }
-        return ["version": 2, "eventType": "SyncTrigger", "region": event.region, "identityPoolId": event.stream.pool.rawValue,
-                "identityId": event.stream.identity.rawValue, "datasetName": event.stream.dataset.rawValue, "datasetRecords": records]
+        w.endObject()
+        w.member("eventType", "SyncTrigger")
+        w.member("identityId", event.stream.identity.rawValue)
+        w.member("identityPoolId", event.stream.pool.rawValue)
+        w.member("region", event.region)
+        w.member("version", int: 2)
+        w.endObject()
+        return w.bytes
+    }
+
+    /// The read-only fields of an event, as the answer must repeat them.
+    static func readOnlyFields(_ event: SyncTriggerEvent) -> [(String, JSON)] {
+        [("version", .number("2")), ("eventType", .string("SyncTrigger")), ("region", .string(event.region)),
+         ("identityPoolId", .string(event.stream.pool.rawValue)), ("identityId", .string(event.stream.identity.rawValue)),
+         ("datasetName", .string(event.stream.dataset.rawValue))]
     }
 
     func invoke(_ event: SyncTriggerEvent) async throws -> [String: SyncTriggerRecord] {
-        let sent = Self.eventJSON(event)
-        let body = try JSONSerialization.data(withJSONObject: sent, options: [.sortedKeys, .withoutEscapingSlashes])
+        let body = Self.eventJSON(event)
         let timestamp = String(Int(Date().timeIntervalSince1970))
         let mac = HMAC<SHA256>.authenticationCode(for: Array(timestamp.utf8) + [UInt8(ascii: ".")] + Array(body), using: SymmetricKey(data: Array(hook.secret.utf8)))
         var request = HTTPClientRequest(url: hook.url)
@@ -95,33 +113,39 @@ struct WebhookSyncTrigger: SyncTrigger {
         } catch {
             throw LedgerError(.hookInvalidOutput, "the SyncTrigger \(hook.arn) could not be reached: \(error)", stream: event.stream)
         }
-        return try Self.parse(answer, sent: sent, hook: hook.arn, stream: event.stream)
+        return try Self.parse(answer, sent: Self.readOnlyFields(event), hook: hook.arn, stream: event.stream)
     }
 
     /// The answer's `datasetRecords`, after checking it is the event's JSON with its read-only
     /// fields unchanged.
-    static func parse(_ bytes: [UInt8], sent: [String: Any], hook: String, stream: StreamName) throws -> [String: SyncTriggerRecord] {
+    static func parse(_ bytes: [UInt8], sent: [(String, JSON)], hook: String, stream: StreamName) throws -> [String: SyncTriggerRecord] {
         func invalid(_ why: String) -> LedgerError {
             LedgerError(.hookInvalidOutput, "the SyncTrigger \(hook) answered invalid output: \(why)", stream: stream)
         }
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] else { throw invalid("not a JSON object") }
-        for field in ["version", "eventType", "region", "identityPoolId", "identityId", "datasetName"] {
+        guard let object = try? JSONParser.parse(bytes), case .object = object else { throw invalid("not a JSON object") }
+        for (field, value) in sent {
             guard let got = object[field] else { throw invalid("\(field) is missing") }
-            guard "\(got)" == "\(sent[field]!)" else { throw invalid("\(field) was changed (it is read-only)") }
+            let same: Bool
+            if case .number(let n) = got, case .number(let m) = value { same = Double(n) == Double(m) } else { same = got == value }
+            guard same else { throw invalid("\(field) was changed (it is read-only)") }
         }
-        guard let records = object["datasetRecords"] as? [String: Any] else { throw invalid("datasetRecords is not an object") }
+        guard case .object(let records)? = object["datasetRecords"] else { throw invalid("datasetRecords is not an object") }
         var result: [String: SyncTriggerRecord] = [:]
         for (key, value) in records {
-            guard let item = value as? [String: Any] else { throw invalid("datasetRecords[\("\"\(key.prefix(64))\"")] is not an object") }
-            let op = item["op"] as? String ?? "replace"
-            guard op == "replace" || op == "remove" else { throw invalid("datasetRecords[\("\"\(key.prefix(64))\"")].op is \("\"\(op.prefix(20))\""), not replace or remove") }
-            let newValue: String?
-            switch item["newValue"] {
-            case nil, is NSNull: newValue = nil
-            case let text as String: newValue = text
-            default: throw invalid("datasetRecords[\("\"\(key.prefix(64))\"")].newValue is not a string or null")
+            let name = "datasetRecords[\"\(key.prefix(64))\"]"
+            guard case .object = value else { throw invalid("\(name) is not an object") }
+            var op = "replace"
+            if let given = value["op"], given != .null {
+                guard case .string(let text) = given, text == "replace" || text == "remove" else { throw invalid("\(name).op is not replace or remove") }
+                op = text
             }
-            let oldValue = item["oldValue"] as? String
+            var newValue: String?
+            if let given = value["newValue"], given != .null {
+                guard case .string(let text) = given else { throw invalid("\(name).newValue is not a string or null") }
+                newValue = text
+            }
+            var oldValue: String?
+            if case .string(let text)? = value["oldValue"] { oldValue = text }
             result[key] = SyncTriggerRecord(oldValue: oldValue, newValue: newValue, op: op)
         }
         return result
