@@ -95,20 +95,26 @@ public final class CognitoSyncTransport: SyncTransport {
     /// UpdateRecords (`POST …/datasets/{name}`): a nil value is `Op=remove`.
     /// - Throws: ``SyncClientError/conflict(_:)`` when a record changed since its sync count.
     public func putRecords(identity: String, dataset: String, patches: [RecordPatch], sessionToken: String, deviceID: String?) async throws -> [RemoteRecord] {
+        try await sendUpdate(identity: identity, dataset: dataset, body: try Self.updateBody(patches, sessionToken: sessionToken, deviceID: deviceID))
+    }
+
+    /// UpdateRecords' JSON body.
+    private static func updateBody(_ patches: [RecordPatch], sessionToken: String, deviceID: String?) throws -> [UInt8] {
         let request = UpdateRecordsRequest(
             SyncSessionToken: sessionToken, DeviceId: deviceID,
             RecordPatches: patches.map {
                 PatchBody(Op: $0.value == nil ? "remove" : "replace", Key: $0.key, Value: $0.value, SyncCount: $0.syncCount,
                           DeviceLastModifiedDate: $0.deviceLastModified?.timeIntervalSince1970)
             })
-        let answer = try await call(.POST, datasetPath(identity, dataset), body: try Self.updateBody(request))
-        return (try decodeAnswer(UpdateRecordsAnswer.self, answer, operation: "UpdateRecords").Records ?? []).map(\.remote)
-    }
-
-    private static func updateBody(_ request: UpdateRecordsRequest) throws -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.withoutEscapingSlashes]
         return Array(try encoder.encode(request))
+    }
+
+    /// Posts an UpdateRecords body; the records the server answered.
+    private func sendUpdate(identity: String, dataset: String, body: [UInt8]) async throws -> [RemoteRecord] {
+        let answer = try await call(.POST, datasetPath(identity, dataset), body: body)
+        return (try decodeAnswer(UpdateRecordsAnswer.self, answer, operation: "UpdateRecords").Records ?? []).map(\.remote)
     }
 
     /// Changes at least this big as UpdateRecords JSON are also encoded as a segment, and the
@@ -120,13 +126,7 @@ public final class CognitoSyncTransport: SyncTransport {
     /// of JSON and the segment is smaller. The server applies both with the same rules: a key
     /// changed on the server after `base` is a conflict (409) and nothing is written.
     public func pushChanges(identity: String, dataset: String, base: UInt64, patches: [RecordPatch], sessionToken: String, deviceID: String?) async throws -> [RemoteRecord] {
-        let request = UpdateRecordsRequest(
-            SyncSessionToken: sessionToken, DeviceId: deviceID,
-            RecordPatches: patches.map {
-                PatchBody(Op: $0.value == nil ? "remove" : "replace", Key: $0.key, Value: $0.value, SyncCount: $0.syncCount,
-                          DeviceLastModifiedDate: $0.deviceLastModified?.timeIntervalSince1970)
-            })
-        let json = try Self.updateBody(request)
+        let json = try Self.updateBody(patches, sessionToken: sessionToken, deviceID: deviceID)
         if json.count >= Self.segmentThreshold, patches.count <= 1024, let segment = try? Self.offlineSegment(identity: identity, pool: pool, dataset: dataset, base: base, patches: patches, deviceID: deviceID),
            segment.count < json.count {
             var query = [("mode", "offline"), ("syncSessionToken", sessionToken)]
@@ -138,8 +138,7 @@ public final class CognitoSyncTransport: SyncTransport {
             }
             return (report.Records ?? []).map { RemoteRecord(key: $0.Key, value: $0.Value, syncCount: $0.SyncCount ?? 0) }
         }
-        let answer = try await call(.POST, datasetPath(identity, dataset), body: json)
-        return (try decodeAnswer(UpdateRecordsAnswer.self, answer, operation: "UpdateRecords").Records ?? []).map(\.remote)
+        return try await sendUpdate(identity: identity, dataset: dataset, body: json)
     }
 
     /// The patches as one offline entry on top of `base`, encoded.
