@@ -23,8 +23,6 @@ struct WireResponse: Sendable {
 struct CognitoAPI: Sendable {
     let ledger: Ledger
     let authenticator: Authenticator
-    /// Keep a bulk publish `IN_PROGRESS` at least this long.
-    let bulkPublishMinimum: Duration
     /// The leader's URL when this server is a read-only follower.
     var followedLeader: String? = nil
     /// Replication state shown in the segment digest answer.
@@ -337,16 +335,9 @@ struct CognitoAPI: Sendable {
             return WireResponse(status: 200, body: [])
         case .bulkPublish:
             let pool = try poolID(route)
+            // IN_PROGRESS now; the leader's stream delivery (StreamService) publishes the
+            // pool's datasets through the stream's sink and completes it.
             try await ledger.beginBulkPublish(pool, caller: caller(credential))
-            let ledger = self.ledger
-            let minimum = bulkPublishMinimum
-            let who = caller(credential)
-            // What a bulk publish delivers arrives with the streams issue; for now the run walks
-            // no sink and completes after the minimum duration.
-            Task.detached {
-                try? await Task.sleep(for: minimum)
-                try? await ledger.completeBulkPublish(pool, caller: who)
-            }
             var w = JSONWriter()
             w.beginObject(); w.member("IdentityPoolId", pool.rawValue); w.endObject()
             return .json(w)
@@ -357,7 +348,8 @@ struct CognitoAPI: Sendable {
             w.beginObject()
             w.member("IdentityPoolId", pool.rawValue)
             w.member("BulkPublishStartTime", date: d.started?.milliseconds)
-            w.member("BulkPublishCompleteTime", date: d.completed?.milliseconds)
+            // As Cognito: the completion time of a success only, the message of a failure only.
+            w.member("BulkPublishCompleteTime", date: d.status == "SUCCEEDED" ? d.completed?.milliseconds : nil)
             w.member("BulkPublishStatus", d.status)
             w.member("FailureMessage", d.failureMessage)
             w.endObject()

@@ -56,8 +56,8 @@ public struct ServerConfiguration: Sendable {
     /// The AWS regions a request's credential scope may name (default `us-east-1`); others are
     /// refused before anything is looked up.
     public var regions: [String] = ["us-east-1"]
-    /// Keep a bulk publish IN_PROGRESS at least this long.
-    public var bulkPublishMinimum: Duration = .zero
+    /// How BulkPublish runs: its minimum duration and the sink failures it tolerates.
+    public var bulkPublish = BulkPublishOptions()
     /// How long idempotency keys (device messages, UpdateRecords' `Idempotency-Key`) are kept
     /// before the hourly purge removes them: at least 28 days.
     public var idempotencyRetention: Duration = Ledger.minimumIdempotencyRetention
@@ -163,10 +163,7 @@ public enum SyncLedgerServer {
         defer { ledger.close() }
         let (admin, configured) = try adminCredential(configuration, ledger)
         let configuredAdmin = configured ? admin : nil
-        for pool in client != nil ? [] : try await ledger.failInterruptedBulkPublishes(caller: "syncledger-server") {
-            logger.warning("a bulk publish was interrupted by a restart; marked FAILED", metadata: ["pool": "\(pool)"])
-        }
-        var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: configuredAdmin, regions: Set(configuration.regions)), bulkPublishMinimum: configuration.bulkPublishMinimum)
+        var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: configuredAdmin, regions: Set(configuration.regions)))
         var follower: Follower?
         if let client {
             let status = ReplicationStatus(leader: client.url)
@@ -178,7 +175,7 @@ public enum SyncLedgerServer {
         defer { if let push { Self.stopPush(push) } }
         api.push = push?.service
         // Cognito Streams: a leader delivers them; a follower's leader does.
-        let streams = try client == nil ? StreamService(ledger: ledger, logger: logger) : nil
+        let streams = try client == nil ? StreamService(ledger: ledger, logger: logger, bulkPublish: configuration.bulkPublish) : nil
         defer { streams?.shutdown() }
         let shared = TransportShared(
             limits: HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,

@@ -20,6 +20,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Sync session lifetime in seconds (1-86400).") var sessionLifetime = 600
     @Option(help: "An AWS region requests may be signed for; repeat for several (default us-east-1).") var region: [String] = []
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
+    @Option(help: "Failed deliveries in a row to the stream's sink (retried with backoff) after which a bulk publish is FAILED.") var bulkPublishAttempts = 8
     @Option(help: "Most identities one Cognito Identity pool may have (GetId needs no signature, so this bounds what anyone can make a pool store).") var maxIdentitiesPerPool = 1_000_000
     @Option(help: "Days idempotency keys of device messages and UpdateRecords are kept before the hourly purge (at least 28).") var idempotencyRetentionDays = 28
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
@@ -64,7 +65,8 @@ struct Serve: AsyncParsableCommand {
         config.ledger.durable = !data.fast
         config.ledger.secretsDirectory = secretsDirectory(data.secrets)
         config.ledger.sessionLifetime = .seconds(sessionLifetime)
-        config.bulkPublishMinimum = Self.duration(bulkPublishMinSeconds)
+        config.bulkPublish.minimum = Self.duration(bulkPublishMinSeconds)
+        config.bulkPublish.attempts = max(1, bulkPublishAttempts)
         config.ledger.limits.maxIdentitiesPerPool = max(1, maxIdentitiesPerPool)
         config.idempotencyRetention = .seconds(Int64(clamping: max(0, min(idempotencyRetentionDays, 100_000))) * 86_400)
         if !region.isEmpty { config.regions = region }

@@ -96,7 +96,7 @@ struct Streams: AsyncParsableCommand {
             let ledger = try data.open()
             defer { ledger.close() }
             let store = try StreamCursorStore(directory: ledger.directory + "/streams")
-            let settings = try ledger.poolStreamSettings()
+            let settings = try ledger.poolStreamSettings().filter { !$0.streamName.isEmpty }
             let targets = try store.all()
             let sinks = Dictionary(try ledger.secrets.streamSinks().map { ($0.streamName, $0) }, uniquingKeysWith: { a, _ in a })
             let last = try ledger.lastSequence

@@ -15,7 +15,7 @@ import SyncLedgerTestSupport
                 try txn.put(ledger.schema.datasets, key: .bigEndian(head.id), value: [0xEE, 0x01, 0x02])
             }
             let admin = Credential.generate(scope: .admin)
-            let api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: admin), bulkPublishMinimum: .zero)
+            let api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: admin))
             let path = "/identitypools/test%3A0/identities/test%3A1/datasets/ds"
             let signer = SigV4Signer(accessKeyID: admin.accessKeyID, secretAccessKey: admin.secretAccessKey)
             let headers = signer.sign(method: "GET", host: "h:1", rawPath: path, rawQuery: nil, body: [])

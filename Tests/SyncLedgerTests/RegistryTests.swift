@@ -93,12 +93,16 @@ import SyncLedgerTestSupport
             try await ledger.completeBulkPublish(pool, failure: "sink unreachable", caller: "admin")
             #expect(try ledger.bulkPublishDetails(pool).status == "FAILED")
             #expect(try ledger.bulkPublishDetails(pool).failureMessage == "sink unreachable")
-            // One left IN_PROGRESS by a stopped process is failed on the next start.
+            // A completion meant for an earlier run does not end a later one.
             clock.advance(seconds: 60)
             try await ledger.beginBulkPublish(pool, caller: "admin")
-            #expect(try await ledger.failInterruptedBulkPublishes(caller: "restart") == [pool])
-            #expect(try ledger.bulkPublishDetails(pool).status == "FAILED")
-            #expect(try await ledger.failInterruptedBulkPublishes(caller: "restart").isEmpty)
+            let running = try #require(try ledger.bulkPublishDetails(pool).started)
+            try await ledger.completeBulkPublish(pool, started: Timestamp(milliseconds: running.milliseconds - 1), caller: "stale")
+            #expect(try ledger.bulkPublishDetails(pool).status == "IN_PROGRESS")
+            #expect(try ledger.poolStreamSettings().first?.bulkPublishStarted == running)
+            try await ledger.completeBulkPublish(pool, started: running, caller: "admin")
+            #expect(try ledger.bulkPublishDetails(pool).status == "SUCCEEDED")
+            #expect(try ledger.poolStreamSettings().first?.bulkPublishStarted == nil)
         }
     }
 

@@ -84,4 +84,54 @@ import SyncLedgerTestSupport
         #expect(try store.remove(streamName: "s") == 1)
         #expect(try store.all().isEmpty)
     }
+
+    @Test func bulkPublishBatchesWalkEveryLiveDatasetOnceInPages() async throws {
+        try await withLedger { ledger in
+            let pool = stream().pool
+            var expected: [String: [String: String]] = [:]  // "identity/dataset" -> live records
+            for i in 0..<7 {
+                for d in ["a", "b", "c"] {
+                    let s = stream(d, identity: "\(i)")
+                    _ = try await ledger.put(s, ["k1": "v\(i)\(d)", "k2": "w\(i)\(d)"])
+                    expected["\(s.identity.rawValue)/\(d)"] = ["k1": "v\(i)\(d)", "k2": "w\(i)\(d)"]
+                }
+            }
+            let removed = stream("a", identity: "1"), deleted = stream("b", identity: "2")
+            _ = try await ledger.put(removed, ["k2": nil])
+            expected["\(removed.identity.rawValue)/a"] = ["k1": "v1a"]
+            _ = try await ledger.deleteDataset(deleted)
+            expected["\(deleted.identity.rawValue)/b"] = nil
+            _ = try await ledger.put(stream("x", identity: "9", pool: "test:9"), ["other": "pool"])  // another pool
+            try await enable(ledger, pool, true)  // a system stream of the pool: passed over
+
+            var seen: [String: [String: String]] = [:]
+            var after: StreamName?
+            var calls = 0
+            repeat {
+                let batch = try ledger.bulkPublishBatch(pool: pool, after: after, maxRecords: 4, scanLimit: 5)
+                #expect(batch.records.count <= 4)
+                for r in batch.records {
+                    let o = try object(r)
+                    #expect(o["bulkPublish"] as? Bool == true && o["operation"] as? String == "replace" && o["identityPoolId"] as? String == pool.rawValue)
+                    let items = try #require(o["kinesisSyncRecords"] as? [[String: Any]])
+                    let key = "\(o["identityId"] as? String ?? "")/\(o["dataSetName"] as? String ?? "")"
+                    #expect(seen[key] == nil, "\(key) published twice")
+                    seen[key] = Dictionary(uniqueKeysWithValues: items.map { ($0["key"] as? String ?? "", $0["value"] as? String ?? "") })
+                    #expect(r.partitionKey == key)
+                }
+                calls += 1
+                if batch.finished { break }
+                after = batch.last
+            } while calls < 100
+            #expect(seen == expected)
+            #expect(calls >= 5)  // 20 live datasets, 4 a page
+            // The record's sync counts and sequence are the dataset's last entry's.
+            let last = try ledger.bulkPublishBatch(pool: pool, after: nil, maxRecords: 1).records[0]
+            let o = try object(last)
+            let first = try #require(try ledger.entries(in: stream("a", identity: "0"), from: 1, limit: 1).first)
+            #expect(o["syncCount"] as? Int == 1 && last.sequence == first.sequence)
+            // A cursor of another pool is refused.
+            #expect(throws: LedgerError.self) { try ledger.bulkPublishBatch(pool: pool, after: stream("x", identity: "9", pool: "test:9")) }
+        }
+    }
 }

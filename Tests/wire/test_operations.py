@@ -1,11 +1,13 @@
 """Each of the 17 Cognito Sync operations through boto3, with the values they must return."""
 
 import datetime
+import os
+import subprocess
 import time
 
 import pytest
 
-from conftest import expect_error, new_id, strip, start_server
+from conftest import BINARY, expect_error, new_id, strip, start_server
 
 ALL_OPERATIONS = {
     "BulkPublish", "DeleteDataset", "DescribeDataset", "DescribeIdentityPoolUsage", "DescribeIdentityUsage",
@@ -266,6 +268,10 @@ def test_bulk_publish_state_machine(slow_publish_server):
     expect_error(admin.bulk_publish, "InvalidParameterException", 400, IdentityPoolId=pool)
     assert admin.get_bulk_publish_details(IdentityPoolId=pool)["BulkPublishStatus"] == "NOT_STARTED"
 
+    # The stream's sink: a folder of JSON lines (the run publishes the pool's datasets there).
+    out = subprocess.run([BINARY, "streams", "configure", "--data", slow_publish_server.data_dir, "--stream-name", "kinesis-stream",
+                          "--directory", os.path.join(slow_publish_server.data_dir, "..", "slow-publish-sink")], capture_output=True)
+    assert out.returncode == 0, out.stderr
     admin.set_identity_pool_configuration(IdentityPoolId=pool, CognitoStreams={
         "StreamName": "kinesis-stream", "RoleArn": "arn:aws:iam::123456789012:role/streams", "StreamingStatus": "ENABLED"})
     started = time.monotonic()

@@ -160,18 +160,6 @@ extension StoredDatasetView {
     /// Every stored record (tombstones too) with its state, in key order. Changes not yet
     /// flushed are not seen.
     func storedRecordStates() throws -> [(key: String, state: RecordState)] {
-        let start = [UInt8].bigEndian(streamID)
-        var result: [(key: String, state: RecordState)] = []
-        try txn.withCursor(schema.records) { cursor in
-            var pair = try cursor.seek(atLeast: start)
-            while let current = pair, current.key.starts(with: start) {
-                guard let (key, state) = try? Schema.decodeRecord(key: current.key, value: current.value) else {
-                    throw LedgerError(.corruptData, "a record does not decode", stream: stream)
-                }
-                result.append((key, state))
-                pair = try cursor.next()
-            }
-        }
-        return result
+        try schema.storedRecords(txn, streamID: streamID, stream: stream)
     }
 }

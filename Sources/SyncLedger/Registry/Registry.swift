@@ -175,7 +175,9 @@ extension Ledger {
             ?? BulkPublishDetails(status: "NOT_STARTED")
     }
 
-    /// Starts a bulk publish: `IN_PROGRESS` now.
+    /// Starts a bulk publish: `IN_PROGRESS` now. The server's stream delivery
+    /// (`StreamService`) publishes every dataset's current state to the pool's stream sink
+    /// and completes it, resuming after a restart; on its own the ledger only keeps the state.
     ///
     /// - Throws: `.invalidParameter` when the pool has no CognitoStreams stream configured;
     ///   `.duplicateRequest` while one is in progress; `.alreadyStreamed` within 24 hours of
@@ -202,27 +204,15 @@ extension Ledger {
         }
     }
 
-    /// Marks every bulk publish left `IN_PROGRESS` by a process that stopped as `FAILED`, so the
-    /// pool is not locked out by DuplicateRequest. Servers call this when they start.
-    /// - Returns: the pools whose bulk publish was failed.
-    @discardableResult
-    public func failInterruptedBulkPublishes(caller: String) async throws -> [IdentityPoolID] {
-        var failed: [IdentityPoolID] = []
-        for stream in try poolsWithStreams().map({ Self.systemStream($0, "configuration") }) {
-            if try bulkPublishDetails(stream.pool).status == "IN_PROGRESS" {
-                try await completeBulkPublish(stream.pool, failure: "interrupted: the server stopped before the bulk publish finished", caller: caller)
-                failed.append(stream.pool)
-            }
-        }
-        return failed
-    }
-
-    /// Ends the running bulk publish as `SUCCEEDED` or, with a message, `FAILED`.
-    public func completeBulkPublish(_ pool: IdentityPoolID, failure: String? = nil, caller: String) async throws {
+    /// Ends the running bulk publish as `SUCCEEDED` or, with a message, `FAILED`; nothing when
+    /// none is running, or when the running one did not start at `started` (given: the run the
+    /// caller worked on).
+    public func completeBulkPublish(_ pool: IdentityPoolID, started: Timestamp? = nil, failure: String? = nil, caller: String) async throws {
         let stream = Self.systemStream(pool, "configuration")
         let now = options.clock()
         try await appendSystem(stream, author: caller) { view in
-            guard var state = try view.record("bulk-publish")?.value.map({ try Self.decode(BulkPublishDetails.self, $0, stream: stream) }), state.status == "IN_PROGRESS" else {
+            guard var state = try view.record("bulk-publish")?.value.map({ try Self.decode(BulkPublishDetails.self, $0, stream: stream) }), state.status == "IN_PROGRESS",
+                  started == nil || state.started == started else {
                 return []
             }
             state.status = failure == nil ? "SUCCEEDED" : "FAILED"

@@ -41,6 +41,7 @@ public struct StreamTarget: Sendable, Hashable, Codable {
 public final class StreamCursorStore: Sendable {
     let environment: Environment
     let targets: Database
+    let bulk: Database
 
     /// The store's folder.
     public var directory: String { environment.path }
@@ -56,6 +57,7 @@ public final class StreamCursorStore: Sendable {
         do {
             environment = try Environment(path: directory, options: options)
             targets = try environment.openDatabase("targets")
+            bulk = try environment.openDatabase("bulk-publish")
         } catch {
             throw LedgerError(.storage, "cannot open the stream cursors in \(directory): \(error)", underlying: error)
         }
@@ -170,5 +172,49 @@ public final class StreamCursorStore: Sendable {
             for key in doomed { _ = try txn.delete(targets, key: key) }
             return doomed.count
         }
+    }
+
+    // MARK: Bulk publish
+
+    /// Where `pool`'s bulk publish that started at `started` stands: nil when it has not
+    /// published anything yet (or a different run's progress is stored).
+    public func bulkProgress(pool: String, started: Timestamp) throws -> BulkPublishProgress? {
+        try read { txn in
+            guard let bytes = try txn.get(bulk, key: Array(pool.utf8)) else { return nil }
+            let p: BulkPublishProgress
+            do { p = try JSONDecoder().decode(BulkPublishProgress.self, from: Data(bytes)) } catch {
+                throw LedgerError(.corruptData, "the bulk publish progress of pool \(pool) does not decode: \(error)")
+            }
+            return p.started == started ? p : nil
+        }
+    }
+
+    /// Stores `progress` (replacing any earlier run's).
+    public func saveBulkProgress(_ progress: BulkPublishProgress) throws {
+        let bytes = Array(try JSONEncoder().encode(progress))
+        try write { txn in try txn.put(bulk, key: Array(progress.pool.utf8), value: bytes) }
+    }
+}
+
+/// How far a pool's running bulk publish got, kept after each batch the sink acknowledged so a
+/// restarted server continues after the last published dataset instead of starting over.
+public struct BulkPublishProgress: Sendable, Hashable, Codable {
+    /// The pool.
+    public var pool: String
+    /// The run's start (its `BulkPublishStartTime`): progress of another run is not used.
+    public var started: Timestamp
+    /// Identity and dataset of the last dataset read (nil: none yet).
+    public var afterIdentity: String?
+    /// See `afterIdentity`.
+    public var afterDataset: String?
+    /// Dataset records acknowledged by the sink in this run.
+    public var published: Int64 = 0
+    /// Failed attempts in a row (reset by an acknowledged batch).
+    public var failures: Int = 0
+
+    /// A run with nothing published.
+    public init(pool: String, started: Timestamp) {
+        self.pool = pool
+        self.started = started
     }
 }

@@ -70,14 +70,22 @@ public struct PoolStreamSetting: Sendable, Hashable {
     public var streamName: String
     /// Whether `StreamingStatus` is `ENABLED`.
     public var enabled: Bool
+    /// The start of the pool's bulk publish while one is `IN_PROGRESS`.
+    public var bulkPublishStarted: Timestamp?
 }
 
 extension Ledger {
-    /// Every pool whose `CognitoStreams` names a stream, with whether streaming is enabled.
+    /// Every pool whose `CognitoStreams` names a stream, with whether streaming is enabled and
+    /// its running bulk publish; and every pool with a bulk publish still `IN_PROGRESS` whose
+    /// stream was unset since (stream name empty, not enabled: the run is to be failed).
     public func poolStreamSettings() throws -> [PoolStreamSetting] {
         try poolsWithStreams().compactMap { pool in
-            guard let c = try poolConfiguration(pool).cognitoStreams, let name = c.streamName, !name.isEmpty else { return nil }
-            return PoolStreamSetting(pool: pool, streamName: name, enabled: c.streamingStatus?.uppercased() == "ENABLED")
+            let bulk = try bulkPublishDetails(pool)
+            let running = bulk.status == "IN_PROGRESS" ? bulk.started : nil
+            guard let c = try poolConfiguration(pool).cognitoStreams, let name = c.streamName, !name.isEmpty else {
+                return running.map { PoolStreamSetting(pool: pool, streamName: "", enabled: false, bulkPublishStarted: $0) }
+            }
+            return PoolStreamSetting(pool: pool, streamName: name, enabled: c.streamingStatus?.uppercased() == "ENABLED", bulkPublishStarted: running)
         }
     }
 

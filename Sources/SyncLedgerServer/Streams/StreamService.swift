@@ -15,21 +15,24 @@ import Synchronization
 /// A failed batch is sent again, the same records from the same cursor, after an exponential
 /// backoff (100 ms doubling to 30 s); nothing is skipped. `DISABLED` pauses a target (its cursor
 /// stays); a target seen `ENABLED` for the first time starts at the configuration change that
-/// enabled it. Only a leader runs it.
+/// enabled it. Only a leader runs it. It also runs BulkPublish (`StreamService+BulkPublish.swift`).
 final class StreamService: Sendable {
     let ledger: Ledger
     let store: StreamCursorStore
     let client: HTTPClient
     let logger: Logger
-    private let backoff = Mutex<[String: (next: ContinuousClock.Instant, delay: Duration)]>([:])
+    let backoff = Mutex<[String: (next: ContinuousClock.Instant, delay: Duration)]>([:])
     private let warned = Mutex<Set<String>>([])
     /// The pools' stream settings as last read, the feed position read just before them, and when.
     private let settings = Mutex<(list: [PoolStreamSetting], watched: UInt64, read: ContinuousClock.Instant)?>(nil)
     static let initialBackoff: Duration = .milliseconds(100)
     static let maxBackoff: Duration = .seconds(30)
 
-    init(ledger: Ledger, logger: Logger) throws {
+    let bulkPublish: BulkPublishOptions
+
+    init(ledger: Ledger, logger: Logger, bulkPublish: BulkPublishOptions = BulkPublishOptions()) throws {
         self.ledger = ledger
+        self.bulkPublish = bulkPublish
         self.logger = logger
         self.store = try StreamCursorStore(directory: ledger.directory + "/streams", durable: ledger.options.durable)
         self.client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton,
@@ -57,11 +60,13 @@ final class StreamService: Sendable {
         }
     }
 
-    /// One batch per enabled target; whether any cursor moved.
+    /// One batch per enabled target, and one of each running bulk publish; whether any
+    /// cursor moved.
     private func pass() async throws -> Bool {
         var progressed = false
         for setting in try currentSettings() {
             if Task.isCancelled { break }
+            if let started = setting.bulkPublishStarted, try await bulkPublishStep(setting, started: started) { progressed = true }
             let pool = setting.pool.rawValue, name = setting.streamName
             let key = pool + "\u{0}" + name
             var target: StreamTarget
