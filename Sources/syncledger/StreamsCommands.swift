@@ -107,17 +107,23 @@ struct Streams: AsyncParsableCommand {
                 let setting = settings.first { $0.pool.rawValue == pool && $0.streamName == name }
                 let target = targets.first { $0.pool == pool && $0.streamName == name }
                 let status = setting == nil ? "UNCONFIGURED" : setting!.enabled ? "ENABLED" : "DISABLED"
+                // A running bulk publish: its start and the datasets the sink acknowledged so far.
+                let running = try setting?.bulkPublishStarted.map { started in
+                    (started, try store.bulkProgress(pool: pool, started: started)?.published ?? 0)
+                }
+                let bulk: JSON = running.map { .object([("started", .int($0.0.milliseconds)), ("published", .int($0.1))]) } ?? .null
                 let sink: JSON = sinks[name].map { s in .object(s.redacted.sorted { $0.key < $1.key }.map { ($0.key, JSON.string($0.value)) }) } ?? .null
                 rows.append([
                     "pool": .string(pool), "streamName": .string(name), "streamingStatus": .string(status),
                     "cursor": .uint(target?.cursor), "lagEntries": .uint(target.map { last > $0.cursor ? last - $0.cursor : 0 }),
                     "delivered": .int(target?.delivered ?? 0), "batches": .int(target?.batches ?? 0), "failures": .int(target?.failures ?? 0),
-                    "lastError": .string(target?.lastError), "sink": sink,
+                    "lastError": .string(target?.lastError), "sink": sink, "bulkPublish": bulk,
                 ])
                 if !json {
                     let where_ = sinks[name].map { "\($0.kind.rawValue) \($0.url ?? $0.directory ?? "")" } ?? "no sink configured"
                     let position = target.map { "cursor \($0.cursor), lag \(last > $0.cursor ? last - $0.cursor : 0) entries, delivered \($0.delivered) in \($0.batches) batches, \($0.failures) failures" } ?? "not started"
-                    print("\(pool) → \(name) [\(status)]: \(position); \(where_)\(target?.lastError.map { "; last error: \($0)" } ?? "")")
+                    let publishing = running.map { "; bulk publish running, \($0.1) datasets published" } ?? ""
+                    print("\(pool) → \(name) [\(status)]: \(position); \(where_)\(target?.lastError.map { "; last error: \($0)" } ?? "")\(publishing)")
                 }
             }
             if json { print(JSON.object([("feedSequence", .uint(last)), ("targets", .array(rows))]).pretty) } else if keys.isEmpty { print("No pool has CognitoStreams configured.") }

@@ -208,6 +208,9 @@ def test_kill_9_mid_publish_resumes_after_the_last_acknowledged_batch(tmp_root):
         server.process.wait()
         server._log.close()
         sink.release.set()
+        # The progress kept on disk: the acknowledged batch, not the held one.
+        row = next(t for t in json.loads(syncledger(data, "streams", "status", "--json"))["targets"] if t["pool"] == pool)
+        assert row["bulkPublish"]["published"] == len(acknowledged)
         server = Server(data, ["--fast"])
         admin = server.client()
         assert details(admin, pool)["BulkPublishStatus"] == "IN_PROGRESS"   # the real state, across the restart
