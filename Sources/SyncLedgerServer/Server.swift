@@ -45,6 +45,9 @@ public struct ServerConfiguration: Sendable {
     public var tlsCertificate: String?
     /// PEM private key of ``tlsCertificate``.
     public var tlsKey: String?
+    /// The base URL clients and stream consumers reach this server at (for the URLs of stream
+    /// payloads sent by reference); default `http(s)://host:port` of the listening address.
+    public var publicURL: String?
     /// The ledger's options (durability, limits, session lifetime).
     public var ledger = LedgerOptions()
     /// The admin credential's access key id and secret (from `SYNCLEDGER_ACCESS_KEY_ID` /
@@ -177,6 +180,16 @@ public enum SyncLedgerServer {
         // Cognito Streams: a leader delivers them; a follower's leader does.
         let streams = try client == nil ? StreamService(ledger: ledger, logger: logger, bulkPublish: configuration.bulkPublish) : nil
         defer { streams?.shutdown() }
+        let scheme = tls == nil ? "http" : "https"
+        let configuredURL = configuration.publicURL.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
+        let urlHost = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
+        let listeningURL: @Sendable (Int) -> String = { port in "\(scheme)://\(urlHost):\(port)" }
+        if let configuredURL { streams?.publicURL.withLock { $0 = configuredURL } } else if configuration.port != 0 {
+            streams?.publicURL.withLock { $0 = listeningURL(configuration.port) }
+        }
+        if configuredURL == nil, ["0.0.0.0", "::"].contains(configuration.host) {
+            logger.warning("listening on every interface without --public-url: stream payload URLs name \(configuration.host), which consumers cannot reach")
+        }
         let shared = TransportShared(
             limits: HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,
                                bodyTimeout: configuration.bodyTimeout, maxBodyBytes: configuration.maxBodyBytes),
@@ -202,6 +215,7 @@ public enum SyncLedgerServer {
                     "host": "\(host)", "port": "\(port)", "data": "\(configuration.dataDirectory)", "tls": "\(tls != nil)",
                     "max_connections": "\(maxConnections)",
                 ])
+                if configuredURL == nil { streams?.publicURL.withLock { $0 = listeningURL(port) } }
                 onListening(port)
             },
             logger: logger)

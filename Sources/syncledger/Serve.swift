@@ -17,6 +17,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds a request body may take to arrive after its head.") var bodyTimeout = 60.0
     @Option(help: "PEM certificate chain to serve HTTPS with (give --tls-key too).") var tlsCert: String?
     @Option(help: "PEM private key of --tls-cert.") var tlsKey: String?
+    @Option(help: "The URL stream consumers reach this server at, for payloads sent by reference (default: the listening address).") var publicUrl: String?
     @Option(help: "Sync session lifetime in seconds (1-86400).") var sessionLifetime = 600
     @Option(help: "An AWS region requests may be signed for; repeat for several (default us-east-1).") var region: [String] = []
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
@@ -62,6 +63,7 @@ struct Serve: AsyncParsableCommand {
         config.bodyTimeout = Self.duration(bodyTimeout)
         config.tlsCertificate = tlsCert
         config.tlsKey = tlsKey
+        config.publicURL = publicUrl
         config.ledger.durable = !data.fast
         config.ledger.secretsDirectory = secretsDirectory(data.secrets)
         config.ledger.sessionLifetime = .seconds(sessionLifetime)

@@ -134,4 +134,50 @@ import SyncLedgerTestSupport
             #expect(throws: LedgerError.self) { try ledger.bulkPublishBatch(pool: pool, after: stream("x", identity: "9", pool: "test:9")) }
         }
     }
+
+    @Test func largeRecordsGoByReferenceToASignedExpiringPayload() async throws {
+        let clock = TestClock()
+        var options = LedgerOptions()
+        options.clock = clock.read
+        try await withLedger(options) { ledger in
+            let s = stream()
+            try await enable(ledger, s.pool, true)
+            let start = try ledger.lastSequence
+            _ = try await ledger.put(s, ["small": "1"])
+            _ = try await ledger.put(s, ["big": String(repeating: "é\"", count: 200), "small": "2"])
+            let expires = Timestamp(milliseconds: clock.read().milliseconds + 60_000)
+            let reference = StreamPayloadReference(inlineLimit: 600) { _, sequence, bulk in
+                "https://sync.example/streams/payload/" + ledger.streamPayloadToken(sequence: sequence, bulk: bulk, expires: expires)
+            }
+            let inline = try ledger.streamBatch(pool: s.pool, after: start).records.map(object)
+            let batch = try ledger.streamBatch(pool: s.pool, after: start, reference: reference)
+            let objects = try batch.records.map(object)
+            #expect(objects[0]["payloadType"] as? String == "Inline" && objects[0]["kinesisSyncRecordsURL"] is NSNull)
+            #expect(objects[1]["payloadType"] as? String == "S3Url" && objects[1]["kinesisSyncRecords"] is NSNull)
+            #expect(batch.records[1].json.count <= 600)
+            let url = try #require(objects[1]["kinesisSyncRecordsURL"] as? String)
+            let token = String(url.dropFirst("https://sync.example/streams/payload/".count))
+            // The payload is exactly the records the inline form carries.
+            let payload = try JSONSerialization.jsonObject(with: Data(try ledger.streamPayload(token: token))) as? [[String: Any]]
+            #expect(payload.map { NSArray(array: $0) } == (inline[1]["kinesisSyncRecords"] as? [[String: Any]]).map { NSArray(array: $0) })
+            // A bulk record by reference answers the dataset's live records as of its entry.
+            let bulkInline = try object(try ledger.bulkPublishBatch(pool: s.pool, after: nil).records[0])
+            let bulk = try object(try ledger.bulkPublishBatch(pool: s.pool, after: nil, reference: reference).records[0])
+            let bulkURL = try #require(bulk["kinesisSyncRecordsURL"] as? String)
+            _ = try await ledger.put(s, ["later": "3"])  // after the bulk record: not in its payload
+            let bulkPayload = try JSONSerialization.jsonObject(with: Data(try ledger.streamPayload(token: String(bulkURL.dropFirst(37))))) as? [[String: Any]]
+            #expect(bulkPayload.map { NSArray(array: $0) } == (bulkInline["kinesisSyncRecords"] as? [[String: Any]]).map { NSArray(array: $0) })
+            // Altered, foreign, oversized and expired tokens are refused.
+            var altered = Array(token.utf8)
+            altered[2] = altered[2] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            await expectLedgerError(.notAuthorized) { _ = try ledger.streamPayload(token: String(decoding: altered, as: UTF8.self)) }
+            await expectLedgerError(.notAuthorized) { _ = try ledger.streamPayload(token: "") }
+            await expectLedgerError(.notAuthorized) { _ = try ledger.streamPayload(token: token + String(repeating: "A", count: 300)) }
+            await expectLedgerError(.notFound) {
+                _ = try ledger.streamPayload(token: ledger.streamPayloadToken(sequence: 1_000_000, bulk: false, expires: expires))
+            }
+            clock.advance(seconds: 61)
+            await expectLedgerError(.notAuthorized) { _ = try ledger.streamPayload(token: token) }
+        }
+    }
 }

@@ -15,6 +15,7 @@ enum SignedToken {
         case identityCredential = 5
         case identitySecret = 6
         case identitiesPage = 7
+        case streamPayload = 8
     }
 
     static func sign(_ payload: [UInt8], kind: Kind, key: SymmetricKey) -> String {

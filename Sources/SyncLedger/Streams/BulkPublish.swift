@@ -19,23 +19,20 @@ extension StreamRecord {
     /// `lastModifiedDate`, and `"bulkPublish":true`. Its `sequence` is the feed position of the
     /// dataset's last entry — the state is as of it — so a consumer that keeps, per dataset, the
     /// highest sequence applied can drop a bulk record older than what it holds.
-    init(bulkState stream: StreamName, sequence: UInt64, dataset: DatasetState, records: [(key: String, state: RecordState)]) {
-        var items: [[String: Any]] = []
-        items.reserveCapacity(records.count)
-        for (key, state) in records {
-            guard let value = state.value else { continue }
+    init(bulkState stream: StreamName, sequence: UInt64, dataset: DatasetState, records: [(key: String, state: RecordState)],
+         reference: StreamPayloadReference?) {
+        self.init(stream: stream, sequence: sequence, operation: "replace", items: Self.items(records),
+                  fields: ["lastModifiedDate": dataset.lastModified.milliseconds, "syncCount": dataset.syncCount], bulk: true, reference: reference)
+    }
+
+    /// The `kinesisSyncRecords` of a dataset's state: its live records, in the order given.
+    static func items(_ records: [(key: String, state: RecordState)]) -> [[String: Any]] {
+        records.compactMap { key, state in
+            guard let value = state.value else { return nil }
             let time = state.lastModified.milliseconds
-            items.append(["key": key, "value": value, "syncCount": state.syncCount, "lastModifiedDate": time,
-                          "deviceLastModifiedDate": state.deviceModified?.milliseconds ?? time, "op": "replace"])
+            return ["key": key, "value": value, "syncCount": state.syncCount, "lastModifiedDate": time,
+                    "deviceLastModifiedDate": state.deviceModified?.milliseconds ?? time, "op": "replace"]
         }
-        let object: [String: Any] = [
-            "identityPoolId": stream.pool.rawValue, "identityId": stream.identity.rawValue,
-            "dataSetName": stream.dataset.rawValue, "operation": "replace", "kinesisSyncRecords": items,
-            "kinesisSyncRecordsURL": NSNull(), "lastModifiedDate": dataset.lastModified.milliseconds, "payloadType": "Inline",
-            "syncCount": dataset.syncCount, "sequence": sequence, "bulkPublish": true,
-        ]
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
-        self.init(sequence: sequence, partitionKey: "\(stream.identity.rawValue)/\(stream.dataset.rawValue)", json: Array(data))
     }
 }
 
@@ -52,7 +49,7 @@ extension Ledger {
     /// - Parameter scanLimit: the most datasets looked at in one call (passed-over ones too),
     ///   so one call holds its read transaction briefly.
     public func bulkPublishBatch(pool: IdentityPoolID, after: StreamName?, maxRecords: Int = 500, maxBytes: Int = 1 << 20,
-                                 scanLimit: Int = 10_000) throws -> BulkPublishBatch {
+                                 scanLimit: Int = 10_000, reference: StreamPayloadReference? = nil) throws -> BulkPublishBatch {
         if let after, after.pool != pool {
             throw LedgerError(.invalidParameter, "a bulk publish of pool \(pool) cannot resume after a dataset of pool \(after.pool)", stream: after)
         }
@@ -76,7 +73,7 @@ extension Ledger {
                     throw LedgerError(.corruptData, "the index lacks the stream's last entry", stream: stream, offset: head.offset)
                 }
                 let record = StreamRecord(bulkState: stream, sequence: sequence.bigEndianUInt64(), dataset: meta,
-                                          records: try schema.storedRecords(txn, streamID: head.id, stream: stream))
+                                          records: try schema.storedRecords(txn, streamID: head.id, stream: stream), reference: reference)
                 if !batch.records.isEmpty, batch.records.count >= maxRecords || bytes + record.json.count > maxBytes {
                     batch.finished = false
                     return false

@@ -8,7 +8,9 @@ import Foundation
 /// Dates are epoch milliseconds, as in Cognito's stream format. A dataset delete is
 /// `"operation":"remove"` with no records; otherwise the operation is `replace` and each event
 /// is a record with `op` `replace` (a put) or `remove` (a removed key, `value` null). Payloads
-/// are always inline (`payloadType` `Inline`, `kinesisSyncRecordsURL` null): no S3 fallback.
+/// are inline (`payloadType` `Inline`, `kinesisSyncRecordsURL` null) unless the record would be
+/// larger than a ``StreamPayloadReference``'s limit: then `payloadType` is `S3Url` and
+/// `kinesisSyncRecordsURL` a signed URL of the server that answers the records.
 public struct StreamRecord: Sendable, Hashable {
     /// The entry's position in the change feed.
     public let sequence: UInt64
@@ -24,8 +26,16 @@ public struct StreamRecord: Sendable, Hashable {
         self.json = json
     }
 
-    /// The record of `entry` in pool `entry.stream.pool`.
-    public init(entry: LogEntry) {
+    /// The record of `entry` in pool `entry.stream.pool`; its records by reference when the
+    /// JSON would pass `reference`'s inline limit (see ``StreamPayloadReference``).
+    public init(entry: LogEntry, reference: StreamPayloadReference? = nil) {
+        let (operation, items) = Self.items(entry)
+        self.init(stream: entry.stream, sequence: entry.sequence, operation: operation, items: items,
+                  fields: ["lastModifiedDate": entry.time.milliseconds, "syncCount": entry.offset], bulk: false, reference: reference)
+    }
+
+    /// The `operation` and `kinesisSyncRecords` of `entry`.
+    static func items(_ entry: LogEntry) -> (operation: String, items: [[String: Any]]) {
         let time = entry.time.milliseconds
         var operation = "replace"
         var records: [[String: Any]] = []
@@ -42,14 +52,37 @@ public struct StreamRecord: Sendable, Hashable {
                 records.removeAll()
             }
         }
-        let object: [String: Any] = [
-            "identityPoolId": entry.stream.pool.rawValue, "identityId": entry.stream.identity.rawValue,
-            "dataSetName": entry.stream.dataset.rawValue, "operation": operation, "kinesisSyncRecords": records,
-            "kinesisSyncRecordsURL": NSNull(), "lastModifiedDate": time, "payloadType": "Inline",
-            "syncCount": entry.offset, "sequence": entry.sequence,
-        ]
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
-        self.init(sequence: entry.sequence, partitionKey: "\(entry.stream.identity.rawValue)/\(entry.stream.dataset.rawValue)", json: Array(data))
+        return (operation, records)
+    }
+
+    /// A record of `stream` with `items` inline, or, past the reference's limit, with
+    /// `payloadType` `S3Url`, `kinesisSyncRecords` null and `kinesisSyncRecordsURL` naming them.
+    init(stream: StreamName, sequence: UInt64, operation: String, items: [[String: Any]], fields: [String: Any], bulk: Bool,
+         reference: StreamPayloadReference?) {
+        var object = fields
+        object["identityPoolId"] = stream.pool.rawValue
+        object["identityId"] = stream.identity.rawValue
+        object["dataSetName"] = stream.dataset.rawValue
+        object["operation"] = operation
+        object["sequence"] = sequence
+        if bulk { object["bulkPublish"] = true }
+        var inline = object
+        inline["kinesisSyncRecords"] = items
+        inline["kinesisSyncRecordsURL"] = NSNull()
+        inline["payloadType"] = "Inline"
+        var json = Self.serialize(inline)
+        if let reference, json.count > reference.inlineLimit {
+            object["kinesisSyncRecords"] = NSNull()
+            object["kinesisSyncRecordsURL"] = reference.url(stream.pool, sequence, bulk)
+            object["payloadType"] = "S3Url"
+            json = Self.serialize(object)
+        }
+        self.init(sequence: sequence, partitionKey: "\(stream.identity.rawValue)/\(stream.dataset.rawValue)", json: json)
+    }
+
+    /// Compact JSON with sorted keys and unescaped slashes.
+    static func serialize(_ object: Any) -> [UInt8] {
+        Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8))
     }
 }
 
@@ -120,7 +153,7 @@ extension Ledger {
     ///
     /// - Parameter scanLimit: the most feed entries read in one call.
     public func streamBatch(pool: IdentityPoolID, after cursor: UInt64, maxRecords: Int = 500, maxBytes: Int = 1 << 20,
-                            scanLimit: Int = 20_000) throws -> StreamBatch {
+                            scanLimit: Int = 20_000, reference: StreamPayloadReference? = nil) throws -> StreamBatch {
         let configuration = Self.systemStream(pool, "configuration")
         var batch = StreamBatch(records: [], last: cursor)
         var bytes = 0
@@ -138,7 +171,7 @@ extension Ledger {
                     guard let entry = try entries(in: s.stream, from: s.offset, limit: 1).first, entry.sequence == s.sequence else {
                         throw LedgerError(.corruptData, "the feed names sequence \(s.sequence), which its stream's index lacks", stream: s.stream, offset: s.offset)
                     }
-                    let record = StreamRecord(entry: entry)
+                    let record = StreamRecord(entry: entry, reference: reference)
                     if !batch.records.isEmpty, batch.records.count >= maxRecords || bytes + record.json.count > maxBytes { return batch }
                     batch.records.append(record)
                     bytes += record.json.count

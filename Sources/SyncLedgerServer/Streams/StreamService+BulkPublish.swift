@@ -26,7 +26,7 @@ extension StreamService {
     /// `bulkPublish.attempts` times in a row. Delivery is at least once: a crash between the
     /// sink's acknowledgement and the progress' commit sends that batch again.
     /// - Returns: whether anything moved (a batch published, the run completed or failed).
-    func bulkPublishStep(_ setting: PoolStreamSetting, started: Timestamp) async throws -> Bool {
+    func bulkPublishStep(_ setting: PoolStreamSetting, started: Timestamp, reference: StreamPayloadReference) async throws -> Bool {
         let pool = setting.pool, name = setting.streamName
         let key = "bulk\u{0}" + pool.rawValue
         guard setting.enabled else {
@@ -41,7 +41,7 @@ extension StreamService {
         let after = try progress.afterIdentity.map { identity in
             StreamName(pool: pool, identity: try IdentityID(identity), dataset: try DatasetName(progress.afterDataset ?? ""))
         }
-        let batch = try ledger.bulkPublishBatch(pool: pool, after: after)
+        let batch = try ledger.bulkPublishBatch(pool: pool, after: after, reference: reference)
         if !batch.records.isEmpty {
             do {
                 try await StreamSinks.make(configuration, client: client).deliver(batch.records)

@@ -29,6 +29,11 @@ final class StreamService: Sendable {
     static let maxBackoff: Duration = .seconds(30)
 
     let bulkPublish: BulkPublishOptions
+    /// The server's base URL for payload references (`--public-url`, or the listening address
+    /// once known); nothing is delivered before it is known, so no large record goes inline.
+    let publicURL = Mutex<String?>(nil)
+    /// How long a payload URL stays valid (an S3 presigned URL's longest, 7 days).
+    static let payloadURLLifetime: Int64 = 7 * 86_400_000
 
     init(ledger: Ledger, logger: Logger, bulkPublish: BulkPublishOptions = BulkPublishOptions()) throws {
         self.ledger = ledger
@@ -60,13 +65,24 @@ final class StreamService: Sendable {
         }
     }
 
+    /// Records past 1 MB go by reference to `GET /streams/payload/<token>` of this server.
+    var payloadReference: StreamPayloadReference? {
+        guard let base = publicURL.withLock({ $0 }) else { return nil }
+        let ledger = self.ledger
+        return StreamPayloadReference { _, sequence, bulk in
+            let expires = Timestamp(milliseconds: ledger.options.clock().milliseconds + Self.payloadURLLifetime)
+            return base + StreamPayloadRoute.prefix + ledger.streamPayloadToken(sequence: sequence, bulk: bulk, expires: expires)
+        }
+    }
+
     /// One batch per enabled target, and one of each running bulk publish; whether any
     /// cursor moved.
     private func pass() async throws -> Bool {
+        guard let reference = payloadReference else { return false }
         var progressed = false
         for setting in try currentSettings() {
             if Task.isCancelled { break }
-            if let started = setting.bulkPublishStarted, try await bulkPublishStep(setting, started: started) { progressed = true }
+            if let started = setting.bulkPublishStarted, try await bulkPublishStep(setting, started: started, reference: reference) { progressed = true }
             let pool = setting.pool.rawValue, name = setting.streamName
             let key = pool + "\u{0}" + name
             var target: StreamTarget
@@ -79,7 +95,7 @@ final class StreamService: Sendable {
             }
             guard setting.enabled else { continue }
             if let b = backoff.withLock({ $0[key] }), b.next > .now { continue }
-            let batch = try ledger.streamBatch(pool: setting.pool, after: target.cursor)
+            let batch = try ledger.streamBatch(pool: setting.pool, after: target.cursor, reference: reference)
             guard batch.last > target.cursor else { continue }
             if !batch.records.isEmpty {
                 guard let configuration = try ledger.secrets.streamSink(name: name) else {

@@ -5,7 +5,7 @@ import NIOCore
 import SyncLedger
 
 /// Adapts Hummingbird requests to the API, and logs and measures each one. `/health` and
-/// `/metrics` need no signature.
+/// `/metrics` need no signature; `/streams/payload/<token>` is signed by its token.
 struct RequestHandler: Sendable {
     let api: CognitoAPI
     /// `GET /events`: live event streams.
@@ -32,6 +32,13 @@ struct RequestHandler: Sendable {
         }
         if request.method == .get, path == "/health" {
             return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}")))
+        }
+        if request.method == .get, path.hasPrefix(StreamPayloadRoute.prefix) {
+            let (response, status) = StreamPayloadRoute.respond(path: path, ledger: ledger, logger: logger)
+            let elapsed = (ContinuousClock.now - start).components
+            metrics.record(operation: "GetStreamPayload", status: status, seconds: Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+            logger.info("request", metadata: ["op": "GetStreamPayload", "status": "\(status)"])
+            return response
         }
         if request.method == .get, path == "/metrics" {
             let text = metrics.render(ledger: ledger) + transport.metrics.render(connections: transport.connections, budget: transport.budget)
