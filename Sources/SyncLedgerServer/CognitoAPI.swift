@@ -83,6 +83,13 @@ struct CognitoAPI: Sendable {
             (operation, identity) = (name, who)
             return response
         }
+        if segments.first == "admin" {
+            operation = request.method == "POST" ? "Redact" : "ListRedactions"
+            let credential = try authenticator.authenticate(request, queryPairs: query)
+            let (response, name, who) = try await handleAdmin(segments, query: query, request: request, credential: credential)
+            (operation, identity) = (name, who)
+            return response
+        }
         if segments == [".well-known", "jwks.json"], request.method == "GET" {
             // The public key of Cognito Identity's OpenID tokens, for anyone to verify them.
             operation = "Identity.JWKS"

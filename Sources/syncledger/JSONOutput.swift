@@ -109,7 +109,8 @@ extension JSON {
     }
 
     /// An event as `{"op": "put", "key": …, "value": …}`, `{"op": "remove", "key": …}` or
-    /// `{"op": "deleteDataset"}`, with `deviceModified` when the device sent its own time.
+    /// `{"op": "deleteDataset"}`, with `deviceModified` when the device sent its own time; a
+    /// put whose value a redaction erased as `{"op": "put", "key": …, "value": null, "erased": true}`.
     static func event(_ event: Event) -> JSON {
         switch event {
         case .put(let key, let value, let modified):
@@ -118,6 +119,11 @@ extension JSON {
             return .object(members)
         case .remove(let key, let modified):
             var members: [(String, JSON)] = [("op", "remove"), ("key", .string(key))]
+            if let modified { members.append(("deviceModified", .time(modified))) }
+            return .object(members)
+        case .erased(let key, let modified):
+            // A redaction erased the value: the key and times stay, the value does not.
+            var members: [(String, JSON)] = [("op", "put"), ("key", .string(key)), ("value", .null), ("erased", .bool(true))]
             if let modified { members.append(("deviceModified", .time(modified))) }
             return .object(members)
         case .deleteDataset:

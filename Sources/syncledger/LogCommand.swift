@@ -62,6 +62,7 @@ struct Log: AsyncParsableCommand {
         let events = entry.events.map { event -> String in
             switch event {
             case .put(let key, let value, _): "put \(key)=\(value.count > 60 ? String(value.prefix(60)) + "…" : value)"
+            case .erased(let key, _): "put \(key)=[erased by a redaction]"
             case .remove(let key, _): "remove \(key)"
             case .deleteDataset: "delete dataset"
             }

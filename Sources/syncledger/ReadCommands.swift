@@ -57,6 +57,7 @@ struct History: AsyncParsableCommand {
                     ]
                     switch event {
                     case .put(_, let value, _): members += [("op", "put"), ("value", .string(value))]
+                    case .erased: members += [("op", "put"), ("value", .null), ("erased", .bool(true))]
                     case .remove: members.append(("op", "remove"))
                     case .deleteDataset: members.append(("op", "deleteDataset"))
                     }
@@ -64,6 +65,7 @@ struct History: AsyncParsableCommand {
                 } else {
                     let what: String = switch event {
                     case .put(_, let value, _): "put \(value)"
+                    case .erased: "put [erased by a redaction]"
                     case .remove: "remove"
                     case .deleteDataset: "dataset deleted"
                     }

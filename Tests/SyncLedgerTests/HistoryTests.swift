@@ -70,16 +70,35 @@ import LedgerStorage
     @Test func hashChainLinksEntries() async throws {
         try await withLedger { ledger in
             let s = stream()
-            try await ledger.put(s, ["a": "1"])
+            try await ledger.put(s, ["a": "1", "b": "x"])
             try await ledger.put(s, ["a": "2"])
             let entries = try ledger.entries(in: s)
-            let body1 = LogEntry.encodeBody(offset: 1, time: entries[0].time, author: entries[0].author, events: entries[0].events)
-            let h1 = LogEntry.chainHash(previous: LogEntry.genesisHash, stream: s, body: body1)
+            let stored = try #require(try ledger.streamSegment(s, after: 0)).entries.map(\.body)
+            let h1 = LogEntry.chainHash(previous: LogEntry.genesisHash, stream: s, body: stored[0])
             #expect(entries[0].hash == h1)
-            let body2 = LogEntry.encodeBody(offset: 2, time: entries[1].time, author: entries[1].author, events: entries[1].events)
-            #expect(entries[1].hash == LogEntry.chainHash(previous: h1, stream: s, body: body2))
+            #expect(entries[1].hash == LogEntry.chainHash(previous: h1, stream: s, body: stored[1]))
             // The same content in another stream hashes differently.
-            #expect(LogEntry.chainHash(previous: LogEntry.genesisHash, stream: stream("other"), body: body1) != h1)
+            #expect(LogEntry.chainHash(previous: LogEntry.genesisHash, stream: stream("other"), body: stored[0]) != h1)
+            // The same events encoded again get a fresh seed, so other commitments: a value
+            // cannot be guessed from the hash by encoding candidates without the salt.
+            let again = LogEntry.encodeBody(offset: 1, time: entries[0].time, author: entries[0].author, events: entries[0].events)
+            #expect(LogEntry.chainHash(previous: LogEntry.genesisHash, stream: s, body: again) != h1)
+            // Erasing a value keeps the hash: the canonical bytes hold its commitment.
+            let erased = try #require(try LogEntry.erasingValues(stored[0], where: { $0 == "a" }))
+            #expect(erased.erased == 1 && LogEntry.chainHash(previous: LogEntry.genesisHash, stream: s, body: erased.body) == h1)
+            #expect(!erased.body.contains(subsequence: Array("1".utf8) + [1, UInt8(ascii: "x")]))
+            var reader = ByteReader(erased.body)
+            let decoded = try LogEntry.decodeBody(&reader)
+            #expect(Set(decoded.events) == [.erased(key: "a", deviceModified: nil), .put(key: "b", value: "x", deviceModified: nil)])
+            // Erasing again changes nothing; erasing the other value too still keeps the hash.
+            #expect(try LogEntry.erasingValues(erased.body[...], where: { $0 == "a" }) == nil)
+            let both = try #require(try LogEntry.erasingValues(erased.body[...], where: { _ in true }))
+            #expect(LogEntry.chainHash(previous: LogEntry.genesisHash, stream: s, body: both.body) == h1)
+            // Altering a value present breaks the hash.
+            var altered = Array(stored[0])
+            let index = try #require(altered.lastIndex(of: UInt8(ascii: "x")))
+            altered[index] = UInt8(ascii: "y")
+            #expect(LogEntry.chainHash(previous: LogEntry.genesisHash, stream: s, body: altered) != h1)
         }
     }
 
@@ -235,5 +254,13 @@ import LedgerStorage
             #expect(summaries.map(\.time) == full.map(\.time))
             #expect(summaries.map(\.device) == ["phone", nil, "tablet"])
         }
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Whether `needle` occurs in these bytes.
+    func contains(subsequence needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, needle.count <= count else { return needle.isEmpty }
+        return (0...(count - needle.count)).contains { self[$0..<($0 + needle.count)].elementsEqual(needle) }
     }
 }

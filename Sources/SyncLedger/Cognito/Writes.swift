@@ -70,6 +70,9 @@ extension Ledger {
             guard seen.insert(RecordKey(key)).inserted else {
                 throw LedgerError(.invalidParameter, "\(describe(i)): key \(quoted(key)) appears twice in one change", stream: stream)
             }
+            if case .erased = event {
+                throw LedgerError(.invalidParameter, "\(describe(i)): \(quoted(key)) carries an erased value; only a redaction erases values, a write carries them", stream: stream)
+            }
             if case .put(_, let value, _) = event {
                 let valueLength = value.utf16.count
                 guard valueLength <= limits.maxValueLength else {

@@ -34,11 +34,15 @@ public enum Event: Hashable, Sendable {
     case remove(key: String, deviceModified: Timestamp?)
     /// Deletes the whole dataset: its records are gone; the stream and its offsets go on.
     case deleteDataset
+    /// A put whose value a redaction erased: the key, the device time and the value's salted
+    /// commitment stay in the log (so its hash chain still verifies); the value is gone. Read
+    /// back only: no write may contain it. Replayed, the record holds the empty string.
+    case erased(key: String, deviceModified: Timestamp?)
 
     /// The device's own time of the change, if it carries one.
     public var deviceModified: Timestamp? {
         switch self {
-        case .put(_, _, let device), .remove(_, let device): device
+        case .put(_, _, let device), .remove(_, let device), .erased(_, let device): device
         case .deleteDataset: nil
         }
     }
@@ -46,7 +50,7 @@ public enum Event: Hashable, Sendable {
     /// The record key this event changes (nil for a dataset delete).
     public var key: String? {
         switch self {
-        case .put(let key, _, _), .remove(let key, _): key
+        case .put(let key, _, _), .remove(let key, _), .erased(let key, _): key
         case .deleteDataset: nil
         }
     }
@@ -91,138 +95,5 @@ public struct LogEntry: Hashable, Sendable {
         self.device = device
         self.events = events
         self.hash = hash
-    }
-
-    /// Body version 1: no device. Version 2 adds the device after the author; it is written only
-    /// for entries that name a device, so entries without one keep the shorter form.
-    static let bodyVersions: ClosedRange<UInt8> = 1...2
-
-    /// The canonical body: version, offset, time, author, [device], events.
-    static func encodeBody(offset: UInt64, time: Timestamp, author: String, device: String? = nil, events: [Event]) -> [UInt8] {
-        var w = ByteWriter(capacity: 32 + author.utf8.count + (device?.utf8.count ?? 0) + events.count * 24)
-        w.byte(device == nil ? 1 : 2)
-        w.varint(offset)
-        w.signed(time.milliseconds)
-        w.string(author)
-        if let device { w.string(device) }
-        w.varint(UInt64(events.count))
-        for event in events {
-            switch event {
-            case .put(let key, let value, let device):
-                w.byte(device == nil ? 1 : 4)
-                w.string(key)
-                w.string(value)
-                if let device { w.signed(device.milliseconds) }
-            case .remove(let key, let device):
-                w.byte(device == nil ? 2 : 5)
-                w.string(key)
-                if let device { w.signed(device.milliseconds) }
-            case .deleteDataset:
-                w.byte(3)
-            }
-        }
-        return w.bytes
-    }
-
-    /// Decodes a body written by ``encodeBody(offset:time:author:device:events:)``.
-    static func decodeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String, device: String?, events: [Event]) {
-        var events: [Event]? = []
-        let head = try walkBody(&reader, events: &events)
-        return (head.offset, head.time, head.author ?? "", head.device, events ?? [])
-    }
-
-    /// The offset and time of a body, read without checking the rest of it (a stored body,
-    /// passed through).
-    static func peekOffset(_ reader: inout ByteReader) throws(DecodeFailure) -> UInt64 {
-        let version = try reader.byte()
-        guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
-        return try reader.varint()
-    }
-
-    /// The offset and time of a body, read without checking the rest of it.
-    static func peekOffsetAndTime(_ body: ArraySlice<UInt8>) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp) {
-        var reader = ByteReader(body)
-        let offset = try peekOffset(&reader)
-        return (offset, Timestamp(milliseconds: try reader.signed()))
-    }
-
-    /// Checks a body as ``decodeBody(_:)`` would decode it — the same checks, every string's
-    /// UTF-8 included — without making its strings and events. Returns its offset.
-    static func checkBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp) {
-        var none: [Event]?
-        let head = try walkBody(&reader, events: &none)
-        return (head.offset, head.time)
-    }
-
-    /// What the live event stream needs of a body — its offset, device and whether it deletes
-    /// the dataset — read with the same checks as ``decodeBody(_:)``, without making its keys
-    /// and values.
-    static func summarizeBody(_ reader: inout ByteReader) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, device: String?, deletesDataset: Bool) {
-        var none: [Event]?
-        let head = try walkBody(&reader, events: &none, readDevice: true)
-        return (head.offset, head.time, head.device, head.deletesDataset)
-    }
-
-    /// The one reader of the body format: with `events` non-nil, makes the author and appends
-    /// every event to it; with nil, only checks them (and makes the device if `readDevice`).
-    private static func walkBody(_ reader: inout ByteReader, events: inout [Event]?, readDevice: Bool = false) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String?, device: String?, deletesDataset: Bool) {
-        let version = try reader.byte()
-        guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
-        let offset = try reader.varint()
-        guard offset >= 1 else { throw DecodeFailure(description: "offset 0") }
-        let time = Timestamp(milliseconds: try reader.signed())
-        let make = events != nil
-        var author: String?
-        var device: String?
-        if make { author = try reader.string() } else { try reader.skipString() }
-        if version == 2 {
-            if make || readDevice { device = try reader.string() } else { try reader.skipString() }
-        }
-        var deletesDataset = false
-        let count = try reader.varint()
-        guard count <= UInt64(reader.remaining) else { throw DecodeFailure(description: "event count \(count) exceeds the entry's size") }
-        if make { events!.reserveCapacity(Int(count)) }
-        for _ in 0..<count {
-            let kind = try reader.byte()
-            switch kind {
-            case 1, 4:
-                if make {
-                    let key = try reader.string()
-                    let value = try reader.string()
-                    let device = kind == 4 ? Timestamp(milliseconds: try reader.signed()) : nil
-                    events!.append(.put(key: key, value: value, deviceModified: device))
-                } else {
-                    try reader.skipString()
-                    try reader.skipString()
-                    if kind == 4 { _ = try reader.signed() }
-                }
-            case 2, 5:
-                if make {
-                    let key = try reader.string()
-                    let device = kind == 5 ? Timestamp(milliseconds: try reader.signed()) : nil
-                    events!.append(.remove(key: key, deviceModified: device))
-                } else {
-                    try reader.skipString()
-                    if kind == 5 { _ = try reader.signed() }
-                }
-            case 3:
-                deletesDataset = true
-                if make { events!.append(.deleteDataset) }
-            default:
-                throw DecodeFailure(description: "unknown event kind \(kind)")
-            }
-        }
-        return (offset, time, author, device, deletesDataset)
-    }
-
-    /// `SHA-256(previousHash ‖ len(name) ‖ name ‖ body)`.
-    static func chainHash(previous: [UInt8], stream: StreamName, body: ArraySlice<UInt8>) -> [UInt8] {
-        var hasher = ConcatenatingSHA256()
-        return hasher.digest(previous, lengthPrefixed: stream.key, body)
-    }
-
-    /// See ``chainHash(previous:stream:body:)-(_,_,ArraySlice<UInt8>)``.
-    static func chainHash(previous: [UInt8], stream: StreamName, body: [UInt8]) -> [UInt8] {
-        chainHash(previous: previous, stream: stream, body: body[...])
     }
 }

@@ -164,9 +164,12 @@ public final class Ledger: Sendable {
                                         idleSpin: options.durable ? .zero : .microseconds(200))
         if version < Schema.formatVersion {
             try writer.performBlocking { [self] txn in
-                try self.rebuildViews(txn)
-                // Format 1 did not keep time moving forward: its entries are exempt from the rule.
-                try txn.put(schema.meta, key: Schema.timeRuleFromKey, value: .bigEndian(try self.nextSequence(txn) - 1))
+                if version < 2 {
+                    try self.rebuildViews(txn)
+                    // Format 1 did not keep time moving forward: its entries are exempt from the rule.
+                    try txn.put(schema.meta, key: Schema.timeRuleFromKey, value: .bigEndian(try self.nextSequence(txn) - 1))
+                }
+                if version < 3 { try self.migrateToValueCommitments(txn) }
                 try txn.put(schema.meta, key: Array("format".utf8), value: .bigEndian(Schema.formatVersion))
             }
         }
@@ -314,8 +317,8 @@ public final class Ledger: Sendable {
         let offset = (existing?.offset ?? 0) + 1
         let now = options.clock()
         let time = view.dataset.map { max(now, $0.lastModified) } ?? now
-        let body = LogEntry.encodeBody(offset: offset, time: time, author: author, device: device, events: events)
-        let hash = LogEntry.chainHash(previous: existing?.hash ?? LogEntry.genesisHash, stream: stream, body: body)
+        let (body, canonical) = LogEntry.encodeStoredBody(offset: offset, time: time, author: author, device: device, events: events)
+        let hash = LogEntry.chainHash(previous: existing?.hash ?? LogEntry.genesisHash, stream: stream, canonical: canonical[...])
         let entry = LogEntry(stream: stream, offset: offset, sequence: sequence, time: time, author: author, device: device, events: events, hash: hash)
         try apply(entry, to: &view)
         try validate(view)
@@ -371,6 +374,8 @@ public final class Ledger: Sendable {
         try txn.put(schema.log, key: buffers.sequence.bytes, value: buffers.value.bytes, flags: .append)
         try txn.put(schema.index, key: buffers.index.bytes, value: buffers.sequence.bytes)
         if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id, known: message) }
+        // A redaction's record erases what it names, wherever it is stored (a follower too).
+        if entry.stream.identity == Self.systemIdentity, entry.stream.dataset.rawValue == "redactions" { try storeRedaction(txn, entry) }
     }
 
     /// The stream head after `entry` (its last stored entry), the name of a new stream, and the

@@ -5,8 +5,10 @@ import Crypto
 struct Schema: Sendable {
     /// The on-disk format this code writes; a directory with a higher one is refused. Version 2
     /// moved the secrets out (see ``SecretStore``), added `records-by-sync-count` and the
-    /// tombstone count of dataset views; a version-1 directory is migrated when opened.
-    static let formatVersion: UInt64 = 2
+    /// tombstone count of dataset views; version 3 commits to values through salted hashes, so a
+    /// redaction can erase them (``Ledger/migrateToValueCommitments(_:)``). An older directory is
+    /// migrated when opened.
+    static let formatVersion: UInt64 = 3
 
     /// `format`, `ledger-id`, `replication-checkpoint`, …: settings of the directory.
     let meta: Database

@@ -143,7 +143,8 @@ extension Ledger {
                         guard storedID == id, entry.offset == offset else {
                             throw fail("the entry at sequence \(sequence) belongs to stream id \(storedID) offset \(entry.offset)", at: offset)
                         }
-                        let hash = LogEntry.chainHash(previous: previous, stream: stream, body: Array(bytes[40...]))
+                        // Over the canonical bytes: every value present through its salted commitment.
+                        let hash = LogEntry.chainHash(previous: previous, stream: stream, body: bytes[40...])
                         guard hash == entry.hash else { throw fail("the hash chain breaks: stored hash differs from the recomputed one", at: offset) }
                         if let previousTime, entry.time < previousTime, entry.sequence > timeRuleFrom {
                             throw fail("time goes backwards: \(entry.time) after \(previousTime)", at: offset)

@@ -254,6 +254,11 @@ extension Ledger {
             guard entries[i].previous == head.hash else {
                 throw refuse("it does not chain to the local entry at offset \(head.offset)")
             }
+            if let version = entries[i].body.first, version <= 2 {
+                // Written before format 3: its hash commits to its values, which no redaction
+                // could then erase. Such a segment is merged into a ledger of its own format only.
+                throw refuse("it was written by format 2 or older (values inline, body version \(version)); merge it into a ledger of that format, or export it again from a migrated ledger")
+            }
             let time: Timestamp
             do { time = try LogEntry.peekOffsetAndTime(entries[i].body).time } catch { throw refuse("its body does not decode: \(error)") }
             if let previous = head.time, time < previous {

@@ -205,7 +205,7 @@ extension Segment {
             guard bodyLength <= UInt64(er.remaining) else { throw fail("entry \(index): body overruns the segment") }
             let entryBody = try er.raw(Int(bodyLength))
             var br = ByteReader(entryBody)
-            let (offset, _) = try LogEntry.checkBody(&br)
+            let (offset, _, canonical) = try LogEntry.checkBody(&br)
             try br.expectEnd()
             let chain = chains[c]
             if let head = chain.offset, offset != head &+ 1 {
@@ -214,7 +214,8 @@ extension Segment {
             if offset == 1, chain.hash != LogEntry.genesisHash {
                 throw fail("entry \(index) (\(chain.stream) offset 1) does not start from the empty chain")
             }
-            let hash = hasher.digest(chain.hash, lengthPrefixed: chain.stream.key, entryBody)
+            // The chain commits to the canonical bytes: each value present through its commitment.
+            let hash = hasher.digest(chain.hash, lengthPrefixed: chain.stream.key, canonical[...])
             if let expected = anchor {
                 guard expected == hash else { throw fail("entry \(index) (\(chain.stream) offset \(offset)): the hash chain breaks") }
                 anchor = nil

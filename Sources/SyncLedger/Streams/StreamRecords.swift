@@ -47,6 +47,10 @@ public struct StreamRecord: Sendable, Hashable {
             case .remove(let key, let device):
                 records.append(["key": key, "value": NSNull(), "syncCount": entry.offset, "lastModifiedDate": time,
                                 "deviceLastModifiedDate": device?.milliseconds ?? time, "op": "remove"])
+            case .erased(let key, let device):
+                // Erased by a redaction since it was committed: the key stays, the value does not.
+                records.append(["key": key, "value": NSNull(), "syncCount": entry.offset, "lastModifiedDate": time,
+                                "deviceLastModifiedDate": device?.milliseconds ?? time, "op": "replace", "erased": true])
             case .deleteDataset:
                 operation = "remove"
                 records.removeAll()

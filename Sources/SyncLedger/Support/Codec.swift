@@ -66,6 +66,8 @@ package struct ByteReader {
     /// Bytes read so far.
     package var position: Int { index - bytes.startIndex }
     package var isAtEnd: Bool { index == bytes.endIndex }
+    /// The bytes read from position `mark` up to the current one.
+    package func slice(from mark: Int) -> ArraySlice<UInt8> { bytes[(bytes.startIndex + mark)..<index] }
     package var remaining: Int { bytes.endIndex - index }
 
     package mutating func byte() throws(DecodeFailure) -> UInt8 {
@@ -123,6 +125,15 @@ package struct ByteReader {
         if !Bytes.isASCII(slice), String(validating: slice, as: UTF8.self) == nil {
             throw DecodeFailure(description: "invalid UTF-8 at byte \(position - slice.count)")
         }
+    }
+
+    /// The bytes of a string, checked as ``skipString()`` checks them.
+    package mutating func checkedStringBytes() throws(DecodeFailure) -> ArraySlice<UInt8> {
+        let slice = try stringBytes()
+        if !Bytes.isASCII(slice), String(validating: slice, as: UTF8.self) == nil {
+            throw DecodeFailure(description: "invalid UTF-8 at byte \(position - slice.count)")
+        }
+        return slice
     }
 
     private mutating func stringBytes() throws(DecodeFailure) -> ArraySlice<UInt8> {

@@ -24,12 +24,18 @@ public func apply<View: DatasetView>(_ entry: LogEntry, to view: inout View) thr
         lastModifiedBy: by, deleted: false, lastDeleteSyncCount: 0)
     for event in entry.events {
         switch event {
-        case .put(let key, _, let device), .remove(let key, let device):
+        case .put(let key, _, let device), .remove(let key, let device), .erased(let key, let device):
             if meta.deleted {
                 meta.deleted = false
                 meta.created = entry.time
             }
-            let value: String? = if case .put(_, let value, _) = event { value } else { nil }
+            // An erased value (a redaction took it) replays as the empty string; the redaction
+            // removed the record afterwards, so no current view holds one.
+            let value: String? = switch event {
+            case .put(_, let value, _): value
+            case .erased: ""
+            default: nil
+            }
             // Take out what the record counted for, then count it as it is now: a value in the
             // records and bytes, a removed record in the markers and their key bytes.
             if let old = try view.record(key) { meta.count(key: key, value: old.value, adding: false) }

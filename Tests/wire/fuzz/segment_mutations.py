@@ -31,9 +31,9 @@ def mutate_entries(spec, rng, notes):
     elif choice == 2:
         if rng.random() < 0.5:
             e.device = rng.choice(["phone", "", "d" * 257, b"\xff", "\u0000", "é" * 200])
-            notes.append(f"entry[{i}] body version 2, device={short(e.device)}")
+            notes.append(f"entry[{i}] body version 4, device={short(e.device)}")
         else:
-            e.version = rng.choice([0, 2, 3, 255])
+            e.version = rng.choice([0, 1, 2, 4, 5, 255])
             notes.append(f"entry[{i}].version={e.version}")
     elif choice == 3:
         e.author = rng.choice(["", "x" * 100_000, b"\xff\xfe", "_syncledger:0", "\u0000", "admin:" + ADMIN_KEY, "é" * 1000])

@@ -52,38 +52,71 @@ class EntrySpec:
     events: list = dataclasses.field(default_factory=list)  # ("put", k, v[, device]) ("remove", k[, device]) ("delete",)
     sequence: int = 1
     key: bytes = b""
-    version: object = None      # None: 1, or 2 when the entry names a device
-    device: object = None       # body version 2: the device after the author
+    version: object = None      # None: 3, or 4 when the entry names a device (1-2: values inline, format 2)
+    device: object = None       # body version 2/4: the device after the author
     event_count: object = None  # overrides len(events)
     trailing: bytes = b""
     body_override: object = None
+    seed: bytes = b"fuzz-entry-seed!"  # the 16-byte seed of a version 3-4 body's salts
+
+    def _version(self):
+        return self.version if self.version is not None else (3 if self.device is None else 4)
 
     def body(self):
+        return self._encode()[0]
+
+    def canonical(self):
+        """What the chain hashes: a version 3-4 body with each value replaced by its salted
+        commitment, SHA-256(salt || value), and without the salting and seed (docs/storage-format.md)."""
+        return self._encode()[1]
+
+    def _encode(self):
         if self.body_override is not None:
-            return self.body_override
-        version = self.version if self.version is not None else (1 if self.device is None else 2)
-        out = bytearray([version & 0xFF])
-        out += varint(self.offset) + zigzag(self.time) + lp(self.author)
+            return self.body_override, self.body_override
+        version = self._version()
+        committed = version in (3, 4)
+        head = bytearray([version & 0xFF])
+        head += varint(self.offset) + zigzag(self.time) + lp(self.author)
         if self.device is not None:
-            out += lp(self.device)
-        out += varint(len(self.events) if self.event_count is None else self.event_count)
+            head += lp(self.device)
+        out, canon = bytearray(head), bytearray(head)
+        if committed:
+            out += b"\x00" + self.seed[:16].ljust(16, b"\0")
+        count = varint(len(self.events) if self.event_count is None else self.event_count)
+        out += count
+        canon += count
+        puts = 0
         for e in self.events:
             kind = e[0]
             if kind == "put":
                 device = e[3] if len(e) > 3 else None
-                out += bytes([1 if device is None else 4]) + lp(e[1]) + lp(e[2])
-                if device is not None:
-                    out += zigzag(device)
+                value = e[2].encode("utf-8", "surrogatepass") if isinstance(e[2], str) else e[2]
+                tail = zigzag(device) if device is not None else b""
+                if committed:
+                    k = bytes([6 if device is None else 7])
+                    salt = hashlib.sha256(self.seed[:16].ljust(16, b"\0") + varint(puts)).digest()[:16]
+                    out += k + lp(e[1]) + lp(value) + tail
+                    canon += k + lp(e[1]) + hashlib.sha256(salt + value).digest() + tail
+                    puts += 1
+                else:
+                    piece = bytes([1 if device is None else 4]) + lp(e[1]) + lp(value) + tail
+                    out += piece
+                    canon += piece
             elif kind == "remove":
                 device = e[2] if len(e) > 2 else None
-                out += bytes([2 if device is None else 5]) + lp(e[1])
-                if device is not None:
-                    out += zigzag(device)
+                piece = bytes([2 if device is None else 5]) + lp(e[1]) + (zigzag(device) if device is not None else b"")
+                out += piece
+                canon += piece
             elif kind == "delete":
                 out += b"\x03"
+                canon += b"\x03"
             else:  # ("raw", kind byte, bytes)
-                out += bytes([e[1] & 0xFF]) + e[2]
-        return bytes(out) + self.trailing
+                piece = bytes([e[1] & 0xFF]) + e[2]
+                out += piece
+                canon += piece
+        if not committed:
+            canon = out
+        return bytes(out) + self.trailing, bytes(canon) + self.trailing
 
 
 def zstd_raw_frame(data, declared=None, checksum=False):
@@ -223,7 +256,7 @@ def build_segment(entries, scope, key=b"", previous=None, header_overrides=None,
         for e in entries:
             body = e.body()
             plain += varint(e.sequence) + varint(len(body)) + body
-            h = chain_hash(h, key, body)
+            h = chain_hash(h, key, e.canonical())
         last = h
     else:
         heads = dict(previous or {})
@@ -235,7 +268,7 @@ def build_segment(entries, scope, key=b"", previous=None, header_overrides=None,
         for i, e in enumerate(entries):
             body = e.body()
             prev = heads.get(e.key, ZEROS)
-            h = chain_hash(prev, e.key, body)
+            h = chain_hash(prev, e.key, e.canonical())
             flags = (1 if firsts[e.key] == i else 0) | (2 if lasts[e.key] == i else 0)
             plain += varint(len(e.key)) + e.key + bytes([flags])
             if flags & 1:

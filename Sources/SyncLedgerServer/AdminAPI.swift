@@ -1,0 +1,64 @@
+import Foundation
+import SyncLedger
+
+/// Admin operations beside the Cognito API, under the same SigV4 credentials — the admin
+/// credential only, checked before the body is read:
+///
+/// - `POST /admin/redactions` `{"IdentityPoolId", "IdentityId", "DatasetName"?, "Key"?, "Reason"}`
+///   — erase an identity's, a dataset's or one key's values across the history
+///   (``Ledger/redact(pool:identity:dataset:key:reason:author:)``); the leader only. Answers
+///   `{"Sequence", "ErasedValues", "EntriesRewritten", "Removals": [...]}`.
+/// - `GET /admin/redactions?IdentityPoolId=P` — the pool's redactions, oldest first.
+extension CognitoAPI {
+    func handleAdmin(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
+        let name = request.method == "POST" ? "Redact" : "ListRedactions"
+        guard credential.scope == .admin else { throw WireError.notAuthorized("\(name) needs the developer (admin) credential") }
+        switch (request.method, segments.count > 1 ? segments[1] : nil, segments.count) {
+        case ("POST", "redactions"?, 2):
+            if let leader = followedLeader {
+                throw WireError.notAuthorized("this server is a read-only follower of \(leader); send Redact to the leader (the follower erases when it replicates the redaction)")
+            }
+            let json = try body(request)
+            let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
+            let identity = try IdentityID(try string(json["IdentityId"], "IdentityId", required: true)!)
+            let dataset = try string(json["DatasetName"], "DatasetName").map { try DatasetName($0) }
+            let key = try string(json["Key"], "Key")
+            let reason = try string(json["Reason"], "Reason", required: true)!
+            let report = try await ledger.redact(pool: pool, identity: identity, dataset: dataset, key: key, reason: reason, author: caller(credential))
+            var w = JSONWriter()
+            w.beginObject()
+            w.member("Sequence", int: report.sequence)
+            w.member("ErasedValues", int: report.erasedValues)
+            w.member("EntriesRewritten", int: report.entriesRewritten)
+            w.key("Removals"); w.beginArray()
+            for sequence in report.redaction.removals { w.int(sequence) }
+            w.endArray()
+            w.endObject()
+            return (.json(w), name, identity.rawValue)
+        case ("GET", "redactions"?, 2):
+            guard let text = query.first(where: { $0.0 == "IdentityPoolId" })?.1 else { throw WireError.invalidParameter("IdentityPoolId is required") }
+            let pool = try IdentityPoolID(text)
+            let ledger = self.ledger
+            let list = try await offPool { try ledger.redactions(pool: pool) }
+            var w = JSONWriter(capacity: 64 + list.count * 256)
+            w.beginObject()
+            w.key("Redactions"); w.beginArray()
+            for (sequence, r) in list {
+                w.beginObject()
+                w.member("Sequence", int: sequence)
+                w.member("IdentityId", r.identity)
+                w.member("DatasetName", r.dataset)
+                w.member("Key", r.key)
+                w.member("Reason", r.reason)
+                w.member("By", r.by)
+                w.member("At", date: r.at.milliseconds)
+                w.endObject()
+            }
+            w.endArray()
+            w.endObject()
+            return (.json(w), name, nil)
+        default:
+            throw WireError.unknownOperation("no admin operation is \(request.method) \(request.rawPath.prefix(200))")
+        }
+    }
+}
