@@ -70,8 +70,9 @@ public struct ServerConfiguration: Sendable {
     public var followCA: String?
     /// How long the leader may hold a follower's pull that finds nothing new (at most 30 s).
     public var followWait: Duration = .seconds(20)
-    /// The leader's digest public key (PEM or base64, as `syncledger digest --public-key`
-    /// prints): a follower checks the leader's signed digests against its replica.
+    /// A file holding the leader's digest public key (PEM or base64, as `syncledger digest
+    /// --public-key` prints it): a follower checks the leader's signed digests against its
+    /// replica.
     public var followDigestKey: String?
     /// The least time between two checks of the leader's signed digest.
     public var followDigestInterval: Duration = .seconds(60)
@@ -178,8 +179,12 @@ public enum SyncLedgerServer {
         if let client {
             let status = ReplicationStatus(leader: client.url)
             follower = Follower(ledger: ledger, client: client, secret: admin.secretAccessKey, status: status, logger: logger, wait: configuration.followWait)
-            if let text = configuration.followDigestKey {
-                do { follower?.digestKey = try DigestPublicKey(text: text) } catch { throw StartupError("--follow-digest-key: \(error.message)") }
+            if let path = configuration.followDigestKey {
+                let text: String
+                do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+                    throw StartupError("cannot read --follow-digest-key \(path): \(describeFileError(error))")
+                }
+                do { follower?.digestKey = try DigestPublicKey(text: text) } catch { throw StartupError("--follow-digest-key \(path): \(error.message)") }
                 follower?.digestInterval = configuration.followDigestInterval
             }
             api.followedLeader = client.url

@@ -73,11 +73,7 @@ struct Serve: AsyncParsableCommand {
         config.follow = follow
         config.followCA = followCa
         config.followWait = Self.duration(followWait)
-        if let path = followDigestKey {
-            do { config.followDigestKey = try String(contentsOfFile: path, encoding: .utf8) } catch {
-                throw CLIError.file("cannot read --follow-digest-key", path, error)
-            }
-        }
+        config.followDigestKey = followDigestKey
         config.followDigestInterval = Self.duration(followDigestInterval)
         config.events.keepAlive = Self.duration(eventsKeepalive)
         config.events.perIdentity = eventsPerIdentity
