@@ -269,3 +269,110 @@ def test_consistency_across_a_thousand_digests(ledger, tmp_path):
     code, out = verify(key, "consistency", str(write(tmp_path / "forged.json", json.dumps(first))))
     assert code == 1, out
     assert time.monotonic() - started < 120
+
+
+# --- followers ------------------------------------------------------------------------------
+
+
+def _status(server):
+    response = server.raw("GET", "/segments/digest")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _wait_until(predicate, what, timeout=60):
+    """Polls an observable state (the follower's digest answer) until it holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _write(server, pool, identity, count, tag):
+    admin = server.client()
+    ids = dict(IdentityPoolId=pool, IdentityId=identity, DatasetName="audit")
+    token = admin.list_records(**ids)["SyncSessionToken"]
+    for i in range(count):
+        admin.update_records(**ids, SyncSessionToken=token,
+                             RecordPatches=[{"Op": "replace", "Key": f"{tag}{i}", "Value": "v", "SyncCount": 0}])
+
+
+def _metric(server, name):
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+def test_signed_digest_endpoint_is_admin_only_and_verifies(tmp_root, tmp_path):
+    leader = start_server(tmp_root, "digest-endpoint", ["--fast"])
+    try:
+        _write(leader, new_id(), new_id(), 20, "a")
+        cred = leader.mint(new_id(), new_id())
+        refused = leader.raw("GET", "/segments/signed-digest", key=cred["AccessKeyId"], secret=cred["SecretAccessKey"])
+        assert refused.status_code == 403, refused.text
+        assert leader.raw("GET", "/segments/signed-digest", sign=False).status_code in (400, 403)
+        answer = leader.raw("GET", "/segments/signed-digest")
+        assert answer.status_code == 200 and answer.json()["treeSize"] == 20, answer.text
+        key = write(tmp_path / "key.pem", syncledger("digest", "--data", leader.data_dir, "--public-key").stdout.decode())
+        code, out = verify(str(key), "digest", str(write(tmp_path / "d.json", answer.text)))
+        assert code == 0, out
+    finally:
+        leader.stop()
+
+
+def test_follower_proves_it_holds_the_leaders_signed_history(tmp_root, tmp_path):
+    leader = start_server(tmp_root, "audit-leader", ["--fast"])
+    follower = None
+    try:
+        key = write(tmp_path / "leader.pem", syncledger("digest", "--data", leader.data_dir, "--public-key").stdout.decode())
+        follower = start_server(tmp_root, "audit-follower", ["--follow", leader.url, "--follow-wait", "1",
+                                                              "--follow-digest-key", str(key), "--follow-digest-interval", "0"])
+        pool = new_id()
+        _write(leader, pool, new_id(), 40, "a")
+        last = _status(leader)["Sequence"]
+        _wait_until(lambda: _status(follower).get("LeaderDigestVerifiedSize", 0) >= last, "the first verified digest")
+        _write(leader, pool, new_id(), 25, "b")
+        last = _status(leader)["Sequence"]
+        _wait_until(lambda: _status(follower).get("LeaderDigestVerifiedSize", 0) >= last, "a later verified digest")
+        assert "LeaderDigestProblem" not in _status(follower)
+        assert _metric(follower, "syncledger_replication_digest_mismatch") == 0
+        assert _metric(follower, 'syncledger_replication_digest_checks_total{result="match"}') >= 2
+        assert _metric(follower, "syncledger_replication_digest_verified_size") >= last
+    finally:
+        if follower:
+            follower.stop()
+        leader.stop()
+
+
+def test_follower_says_loudly_when_the_digest_is_not_the_leaders_or_not_its_history(tmp_root, tmp_path):
+    # A replica that is not a copy of the leader's log in order: it held an entry of its own.
+    diverged_dir = os.path.join(tmp_root, "audit-diverged")
+    syncledger("put", "--data", diverged_dir, "--pool", new_id(), "--identity", new_id(), "k", "v")
+    stranger = write(tmp_path / "stranger.b64", base64.b64encode(bytes(range(32))).decode() + "\n")
+    servers = []
+    try:
+        leader = start_server(tmp_root, "audit-leader-2", ["--fast"])
+        servers.append(leader)
+        key = write(tmp_path / "leader.pem", syncledger("digest", "--data", leader.data_dir, "--public-key").stdout.decode())
+        wrong_key = start_server(tmp_root, "audit-wrong-key", ["--follow", leader.url, "--follow-wait", "1",
+                                                                "--follow-digest-key", str(stranger), "--follow-digest-interval", "0"])
+        servers.append(wrong_key)
+        diverged = start_server(tmp_root, "audit-diverged", ["--follow", leader.url, "--follow-wait", "1",
+                                                             "--follow-digest-key", str(key), "--follow-digest-interval", "0"])
+        servers.append(diverged)
+        _write(leader, new_id(), new_id(), 30, "a")
+        _wait_until(lambda: "LeaderDigestProblem" in _status(wrong_key), "the bad signature to show")
+        assert "not signed by the configured key" in _status(wrong_key)["LeaderDigestProblem"]
+        assert _metric(wrong_key, 'syncledger_replication_digest_checks_total{result="bad_signature"}') >= 1
+        assert _metric(wrong_key, "syncledger_replication_digest_mismatch") == 1
+        _wait_until(lambda: "LeaderDigestProblem" in _status(diverged), "the mismatch to show")
+        assert "does not hold the leader's signed history" in _status(diverged)["LeaderDigestProblem"]
+        assert _metric(diverged, 'syncledger_replication_digest_checks_total{result="mismatch"}') >= 1
+    finally:
+        for s in reversed(servers):
+            s.stop()
+    for s in (wrong_key, diverged):
+        assert "LEADER DIGEST CHECK FAILED" in open(s.log_path, errors="replace").read()
