@@ -80,7 +80,7 @@ func fill(_ ledger: Ledger, to target: Int, streams: Int) async throws {
     try await withThrowingTaskGroup(of: Void.self) { group in
         for s in 0..<streams {
             group.addTask {
-                let stream = try StreamName(pool: "us-east-1:bench", identity: "us-east-1:\(s)", dataset: "proofs")
+                let stream = try StreamName(pool: "us-east-1:00000000-0000-0000-0000-00000000beef", identity: "us-east-1:\(String(format: "%08x", s))-0000-0000-0000-000000000000", dataset: "proofs")
                 var page = try ledger.listRecords(stream)
                 var count = page.records.first(where: { $0.key == "k" })?.syncCount ?? 0
                 while remaining.take() {

@@ -89,7 +89,7 @@ struct ProofInclusion: AsyncParsableCommand {
         let ledger = try data.open()
         defer { ledger.close() }
         let sequence = try self.sequence ?? ledger.sequence(of: StreamName(pool: pool!, identity: identity!, dataset: dataset!), offset: offset!)
-        let signed = try digest.map { try SignedDigest(json: readInput($0, what: "the digest")) } ?? ledger.signedDigest()
+        let signed = try digest.map { try SignedDigest(json: readInput($0, what: "the digest"), what: "the digest in \($0)") } ?? ledger.signedDigest()
         let proof = try ledger.inclusionProof(sequence: sequence, digest: signed)
         print(proof.json)
         if let problem = proof.problem(key: try ledger.digestPublicKey) {
@@ -127,8 +127,8 @@ struct ProofConsistency: AsyncParsableCommand {
             }
             pairs = Array(zip(digests, digests.dropFirst()))
         } else if let from {
-            let earlier = try SignedDigest(json: readInput(from, what: "the earlier digest"), what: "the earlier digest")
-            let later = try to.map { try SignedDigest(json: readInput($0, what: "the later digest"), what: "the later digest") } ?? ledger.signedDigest()
+            let earlier = try SignedDigest(json: readInput(from, what: "the earlier digest"), what: "the earlier digest in \(from)")
+            let later = try to.map { try SignedDigest(json: readInput($0, what: "the later digest"), what: "the later digest in \($0)") } ?? ledger.signedDigest()
             pairs = [(earlier, later)]
         }
         var failures: [String] = []

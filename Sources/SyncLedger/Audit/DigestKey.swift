@@ -1,5 +1,5 @@
 import Foundation
-public import Crypto
+import Crypto
 import LedgerStorage
 
 /// The public half of the Ed25519 key a ledger signs its digests with (see ``SignedDigest``):
