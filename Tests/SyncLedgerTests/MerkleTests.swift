@@ -142,4 +142,25 @@ private enum Naive {
             #expect(throws: LedgerError.self) { try SignedDigest(json: Array(#"{"format":"syncledger-digest-v1"}"#.utf8)) }
         }
     }
+
+    /// `verify` recomputes the stored tree: a changed stored hash is reported, and a reset
+    /// tree is rebuilt to the same root.
+    @Test func verifyFindsAChangedStoredSubtree() async throws {
+        try await withLedger { ledger in
+            try await fill(ledger, count: 100)
+            let root = try ledger.merkleRoot(size: 100)
+            #expect(try ledger.verify().isValid)
+            #expect(try ledger.checkMerkleTree() == nil)
+            let schema = ledger.schema
+            try await ledger.write { txn in
+                try txn.put(schema.merkle, key: Ledger.merkleKey(level: 6, index: 0), value: [UInt8](repeating: 9, count: 32))
+            }
+            #expect(try ledger.merkleRoot(size: 100) != root)
+            let report = try ledger.verify()
+            #expect(report.problem?.message.contains("level 6 index 0 (entries 1 to 64)") == true, "\(report)")
+            try await ledger.resetMerkleTree()
+            #expect(try ledger.merkleRoot(size: 100) == root)
+            #expect(try ledger.verify().isValid)
+        }
+    }
 }

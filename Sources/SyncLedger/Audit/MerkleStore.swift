@@ -176,6 +176,47 @@ extension Ledger {
         try withMerkleTree(size: size) { _, node in try node(0, size) }
     }
 
+    /// Recomputes every stored subtree from the log and compares: nil when all match, else
+    /// the first that differs. Reads in batches of ``merkleBuildBlocks`` blocks; memory stays
+    /// bounded (one hash per level).
+    public func checkMerkleTree() throws -> String? {
+        let built = try read { try merkleLeaves($0) }
+        var carry: [UInt64: [UInt8]] = [:]  // level → the left child waiting for its right sibling
+        var block: UInt64 = 0
+        while block * Self.merkleBlock < built {
+            let end = min(built / Self.merkleBlock, block + Self.merkleBuildBlocks)
+            let problem = try read { txn -> String? in
+                var names: [UInt64: [UInt8]] = [:]
+                func stored(_ level: UInt64, _ index: UInt64) throws -> [UInt8]? {
+                    try txn.get(schema.merkle, key: Self.merkleKey(level: level, index: index))
+                }
+                for j in block..<end {
+                    var leaves: [[UInt8]] = []
+                    for sequence in j * Self.merkleBlock + 1...(j + 1) * Self.merkleBlock {
+                        guard let row = try txn.get(schema.log, key: .bigEndian(sequence)) else { return "the log lacks sequence \(sequence)" }
+                        leaves.append(try merkleLeaf(txn, sequence: sequence, stored: row, names: &names))
+                    }
+                    var level = Self.merkleStoredLevel, index = j
+                    var hash = Self.completeHash(leaves[...])
+                    while true {
+                        guard try stored(level, index) == hash else {
+                            return "the stored Merkle subtree at level \(level) index \(index) (entries \(index << level + 1) to \((index + 1) << level)) differs from the log"
+                        }
+                        guard index & 1 == 1, let left = carry.removeValue(forKey: level) else { break }
+                        hash = MerkleTree.nodeHash(left, hash)
+                        level += 1
+                        index >>= 1
+                    }
+                    carry[level] = hash
+                }
+                return nil
+            }
+            if let problem { return problem }
+            block = end
+        }
+        return nil
+    }
+
     /// Empties the `merkle` database (it is rebuilt on demand): for a directory whose log was
     /// restored or repaired.
     public func resetMerkleTree() async throws {
