@@ -110,8 +110,12 @@ extension Follower {
         }
         guard let pending = digests.state.withLock({ $0.pending }) else { return }
         do {
-            guard try ledger.lastSequence >= pending.treeSize else { return }  // not there yet: checked when caught up
-            let mismatch = try await NIOThreadPool.singleton.runIfActive { try ledger.mismatch(with: pending) }
+            // Not merged that far yet: checked when caught up.
+            guard try ledger.replicationCheckpoint >= pending.treeSize else { return }
+            let held = try ledger.lastSequence
+            let mismatch = held < pending.treeSize
+                ? "it has merged the leader's feed past sequence \(pending.treeSize) but holds only \(held) entries (entries were skipped as already present: it is not a copy of the leader's log)"
+                : try await NIOThreadPool.singleton.runIfActive { try ledger.mismatch(with: pending) }
             digests.state.withLock { $0.pending = nil }
             if let mismatch {
                 fail(.mismatch, "this replica does not hold the leader's signed history: \(mismatch)")
