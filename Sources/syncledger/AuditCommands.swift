@@ -89,8 +89,11 @@ struct ProofInclusion: AsyncParsableCommand {
         let ledger = try data.open()
         defer { ledger.close() }
         let sequence = try self.sequence ?? ledger.sequence(of: StreamName(pool: pool!, identity: identity!, dataset: dataset!), offset: offset!)
-        let signed = try digest.map { try SignedDigest(json: readInput($0, what: "the digest"), what: "the digest in \($0)") } ?? ledger.signedDigest()
-        let proof = try ledger.inclusionProof(sequence: sequence, digest: signed)
+        let given = try digest.map { try SignedDigest(json: readInput($0, what: "the digest"), what: "the digest in \($0)") }
+        // The first digest or proof of a large ledger builds its stored tree: show that on a terminal.
+        let proof = try await withElapsedProgress("hashing the log", after: 1.0) {
+            try ledger.inclusionProof(sequence: sequence, digest: given ?? ledger.signedDigest())
+        }
         print(proof.json)
         if let problem = proof.problem(key: try ledger.digestPublicKey) {
             throw CLIError("the proof printed does not verify: \(problem) — this ledger no longer holds the history the digest signed")
@@ -128,7 +131,8 @@ struct ProofConsistency: AsyncParsableCommand {
             pairs = Array(zip(digests, digests.dropFirst()))
         } else if let from {
             let earlier = try SignedDigest(json: readInput(from, what: "the earlier digest"), what: "the earlier digest in \(from)")
-            let later = try to.map { try SignedDigest(json: readInput($0, what: "the later digest"), what: "the later digest in \($0)") } ?? ledger.signedDigest()
+            let given = try to.map { try SignedDigest(json: readInput($0, what: "the later digest"), what: "the later digest in \($0)") }
+            let later = try await withElapsedProgress("hashing the log", after: 1.0) { try given ?? ledger.signedDigest() }
             pairs = [(earlier, later)]
         }
         var failures: [String] = []
