@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -376,3 +377,34 @@ def test_follower_says_loudly_when_the_digest_is_not_the_leaders_or_not_its_hist
             s.stop()
     for s in (wrong_key, diverged):
         assert "LEADER DIGEST CHECK FAILED" in open(s.log_path, errors="replace").read()
+
+
+def test_server_and_command_line_extend_the_tree_together(tmp_root, tmp_path):
+    """The server (GET /segments/signed-digest) and `syncledger digest` beside it both extend
+    the stored tree while writes go on; every digest either made is consistent with every
+    later one, and two of the same size have the same root."""
+    server = start_server(tmp_root, "audit-together", ["--fast"])
+    try:
+        key = write(tmp_path / "key.pem", syncledger("digest", "--data", server.data_dir, "--public-key").stdout.decode())
+        writing = threading.Thread(target=_write, args=(server, new_id(), new_id(), 400, "w"))
+        writing.start()
+        digests = []
+        while writing.is_alive() or len(digests) < 6:
+            answer = server.raw("GET", "/segments/signed-digest")
+            assert answer.status_code == 200, answer.text
+            digests.append(answer.json())
+            digests.append(json.loads(syncledger("digest", "--data", server.data_dir, "--json").stdout))
+        writing.join()
+        digests.append(server.raw("GET", "/segments/signed-digest").json())
+        digests.append(json.loads(syncledger("digest", "--data", server.data_dir, "--json").stdout))
+        by_size = {}
+        for d in digests:
+            assert by_size.setdefault(d["treeSize"], d["rootHash"]) == d["rootHash"], d
+        chain = sorted({d["treeSize"]: d for d in digests}.values(), key=lambda d: d["treeSize"])
+        assert len(chain) >= 3 and chain[-1]["treeSize"] == 400
+        lines = write(tmp_path / "chain.jsonl", "".join(json.dumps(d) + "\n" for d in chain))
+        proofs = write(tmp_path / "proofs.jsonl", syncledger("proof", "consistency", "--data", server.data_dir, "--chain", str(lines)).stdout.decode())
+        code, out = verify(str(key), "chain", str(proofs))
+        assert code == 0, out
+    finally:
+        server.stop()
