@@ -76,6 +76,8 @@ struct ProofInclusion: AsyncParsableCommand {
     @Option(help: "The entry's offset in its stream (with --pool, --identity, --dataset).") var offset: UInt64?
     @Option(help: "A file holding the digest (JSON, as `digest --json` prints; - for standard input). Default: a new digest of the whole ledger.")
     var digest: String?
+    @Flag(help: "Leave the entry's body and previous hash out: a smaller proof, whose verifier takes the entry hash as given.")
+    var noBody = false
 
     func validate() throws {
         let byStream = [pool, identity, dataset].allSatisfy { $0 != nil } && offset != nil
@@ -92,7 +94,7 @@ struct ProofInclusion: AsyncParsableCommand {
         let given = try digest.map { try SignedDigest(json: readInput($0, what: "the digest"), what: "the digest in \($0)") }
         // The first digest or proof of a large ledger builds its stored tree: show that on a terminal.
         let proof = try await withElapsedProgress("hashing the log", after: 1.0) {
-            try ledger.inclusionProof(sequence: sequence, digest: given ?? ledger.signedDigest())
+            try ledger.inclusionProof(sequence: sequence, digest: given ?? ledger.signedDigest(), withBody: !noBody)
         }
         print(proof.json)
         if let problem = proof.problem(key: try ledger.digestPublicKey) {

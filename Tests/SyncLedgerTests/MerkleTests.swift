@@ -125,8 +125,16 @@ private enum Naive {
             var proof = try ledger.inclusionProof(sequence: 20, digest: digest)
             #expect(proof.problem(key: key) == nil)
             var changed = proof
-            changed.entry.body[changed.entry.body.count - 1] ^= 1
+            changed.entry.body![changed.entry.body!.count - 1] ^= 1
             #expect(changed.problem(key: key) != nil)
+            // Without the body: smaller, still verified up to the entry hash, which is taken as given.
+            let bare = try ledger.inclusionProof(sequence: 20, digest: digest, withBody: false)
+            #expect(bare.entry.body == nil && bare.entry.previousHash == nil && bare.path == proof.path)
+            #expect(bare.problem(key: key) == nil)
+            #expect(try InclusionProof(json: Array(bare.json.utf8)) == bare)
+            var halfBare = proof
+            halfBare.entry.body = nil
+            #expect(halfBare.problem(key: key) != nil)
             changed = proof
             changed.path[1][5] ^= 1
             #expect(changed.problem(key: key) != nil)

@@ -101,6 +101,11 @@ def test_digest_and_inclusion_proofs_verify_without_syncledger(ledger, tmp_path)
         p = json.loads(proof)
         # Logarithmic: at most ceil(log2(1100)) = 11 hashes.
         assert len(p["path"]) <= 11 and p["leafIndex"] == sequence - 1
+    # Without the body: still verified, up to the entry hash, which is taken as given.
+    bare = syncledger("proof", "inclusion", "--data", data, "--sequence", "501", "--digest", str(tmp_path / "d.json"), "--no-body").stdout
+    assert "body" not in json.loads(bare)["entry"] and len(bare) < len(open(tmp_path / "p501.json").read())
+    code, out = verify(key, "inclusion", str(write(tmp_path / "bare.json", bare.decode())))
+    assert code == 0 and "taken as given" in out, out
     # By stream and offset: the same entry.
     e = json.loads(open(tmp_path / "p501.json").read())["entry"]
     by_stream = syncledger("proof", "inclusion", "--data", data, "--pool", e["pool"], "--identity", e["identity"],

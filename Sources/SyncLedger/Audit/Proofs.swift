@@ -1,8 +1,9 @@
 import Foundation
 import LedgerStorage
 
-/// A log entry as an inclusion proof carries it: the leaf's fields, and — so that a third party
-/// can check the entry hash itself — the entry's body and the hash it chains to.
+/// A log entry as an inclusion proof carries it: the leaf's fields, and — unless left out, so
+/// that a third party can check the entry hash itself — the entry's body and the hash it chains
+/// to.
 public struct ProvenEntry: Sendable, Equatable {
     /// Its commit sequence (leaf index + 1).
     public var sequence: UInt64
@@ -12,19 +13,23 @@ public struct ProvenEntry: Sendable, Equatable {
     public var offset: UInt64
     /// The entry hash stored in its log row.
     public var entryHash: [UInt8]
-    /// The hash of the stream's previous entry (32 zero bytes at offset 1).
-    public var previousHash: [UInt8]
-    /// The entry body as stored (docs/storage-format.md).
-    public var body: [UInt8]
+    /// The hash of the stream's previous entry (32 zero bytes at offset 1); nil when the proof
+    /// leaves the body out.
+    public var previousHash: [UInt8]?
+    /// The entry body as stored (docs/storage-format.md); nil when left out (the entry hash is
+    /// then taken as given).
+    public var body: [UInt8]?
 
     /// The Merkle leaf hash of this entry.
     public var leafHash: [UInt8] {
         MerkleTree.leafHash(sequence: sequence, streamKey: stream.key, offset: offset, entryHash: entryHash)
     }
 
-    /// Whether ``entryHash`` is the chain hash of ``previousHash`` and ``body``.
+    /// Whether ``entryHash`` is the chain hash of ``previousHash`` and ``body`` (true when the
+    /// body is left out: there is nothing to check).
     public var chainsToBody: Bool {
-        LogEntry.chainHash(previous: previousHash, stream: stream, body: body) == entryHash
+        guard let body, let previousHash else { return body == nil && previousHash == nil }
+        return LogEntry.chainHash(previous: previousHash, stream: stream, body: body) == entryHash
     }
 
     struct Wire: Codable {
@@ -34,8 +39,8 @@ public struct ProvenEntry: Sendable, Equatable {
         var dataset: String
         var offset: UInt64
         var entryHash: String
-        var previousHash: String
-        var body: String
+        var previousHash: String?
+        var body: String?
     }
 }
 
@@ -78,7 +83,7 @@ public struct InclusionProof: Sendable, Equatable {
         return encodeJSON(Wire(format: Self.format, digest: digest.wire, leafIndex: e.sequence - 1,
                                entry: .init(sequence: e.sequence, pool: e.stream.pool.rawValue, identity: e.stream.identity.rawValue,
                                             dataset: e.stream.dataset.rawValue, offset: e.offset, entryHash: SigV4.hex(e.entryHash),
-                                            previousHash: SigV4.hex(e.previousHash), body: Data(e.body).base64EncodedString()),
+                                            previousHash: e.previousHash.map { SigV4.hex($0) }, body: e.body.map { Data($0).base64EncodedString() }),
                                path: path.map { SigV4.hex($0) }))
     }
 }
@@ -126,7 +131,9 @@ extension Ledger {
     /// holds the history the digest signed (check it with ``InclusionProof/problem(key:)``).
     /// - Throws: ``LedgerError`` `.invalidParameter` when `sequence` is not in 1…treeSize or the
     ///   tree is beyond the log; `.wrongLedger` when the digest is another ledger's.
-    public func inclusionProof(sequence: UInt64, digest: SignedDigest) throws -> InclusionProof {
+    /// - Parameter withBody: `false` leaves the entry's body and previous hash out (a proof of
+    ///   a large entry stays small; the verifier then takes the entry hash as given).
+    public func inclusionProof(sequence: UInt64, digest: SignedDigest, withBody: Bool = true) throws -> InclusionProof {
         guard digest.ledgerID == id else {
             throw LedgerError(.wrongLedger, "the digest is of ledger \(digest.ledgerID.prefix(64)), this is \(id)")
         }
@@ -138,9 +145,9 @@ extension Ledger {
                 throw LedgerError(.corruptData, "the log lacks sequence \(sequence)")
             }
             let (entry, streamID) = try decodeEntry(stored, sequence: sequence, stream: nil, txn: txn)
-            let previous = try storedHash(txn, streamID: streamID, stream: entry.stream, offset: entry.offset - 1)
+            let previous = withBody ? try storedHash(txn, streamID: streamID, stream: entry.stream, offset: entry.offset - 1) : nil
             let proven = ProvenEntry(sequence: sequence, stream: entry.stream, offset: entry.offset, entryHash: entry.hash,
-                                     previousHash: previous, body: Array(stored[40...]))
+                                     previousHash: previous, body: withBody ? Array(stored[40...]) : nil)
             let path = try MerkleTree.inclusionPath(index: sequence - 1, size: digest.treeSize, node: node)
             return InclusionProof(digest: digest, entry: proven, path: path)
         }
@@ -180,16 +187,28 @@ extension InclusionProof {
     ///   ``problem(key:)``).
     public init(json: some Collection<UInt8>) throws(LedgerError) {
         let what = "the inclusion proof"
-        let wire = try decodeJSON(Wire.self, json, what: what)
+        let wire = try decodeJSON(Wire.self, json, what: what, limit: maxInclusionProofJSONBytes)
         guard wire.format == Self.format else { throw LedgerError(.invalidParameter, "\(what): format \(quoted(wire.format)) is not \(Self.format)") }
         let e = wire.entry
-        guard let hash = hexBytes(e.entryHash), hash.count == 32, let previous = hexBytes(e.previousHash), previous.count == 32 else {
-            throw LedgerError(.invalidParameter, "\(what): entry.entryHash and entry.previousHash are 64 lowercase hex digits")
+        guard let hash = hexBytes(e.entryHash), hash.count == 32 else {
+            throw LedgerError(.invalidParameter, "\(what): entry.entryHash is not 64 lowercase hex digits")
         }
-        guard let body = Data(base64Encoded: e.body) else { throw LedgerError(.invalidParameter, "\(what): entry.body is not base64") }
+        guard (e.previousHash == nil) == (e.body == nil) else {
+            throw LedgerError(.invalidParameter, "\(what): entry.previousHash and entry.body come together or not at all")
+        }
+        var previous: [UInt8]?
+        if let text = e.previousHash {
+            guard let bytes = hexBytes(text), bytes.count == 32 else { throw LedgerError(.invalidParameter, "\(what): entry.previousHash is not 64 lowercase hex digits") }
+            previous = bytes
+        }
+        var body: [UInt8]?
+        if let text = e.body {
+            guard let bytes = Data(base64Encoded: text) else { throw LedgerError(.invalidParameter, "\(what): entry.body is not base64") }
+            body = Array(bytes)
+        }
         self.init(digest: try SignedDigest(wire: wire.digest, what: what + " (its digest)"),
                   entry: ProvenEntry(sequence: e.sequence, stream: try StreamName(pool: e.pool, identity: e.identity, dataset: e.dataset),
-                                     offset: e.offset, entryHash: hash, previousHash: previous, body: Array(body)),
+                                     offset: e.offset, entryHash: hash, previousHash: previous, body: body),
                   path: try proofPath(wire.path, what: what))
     }
 }

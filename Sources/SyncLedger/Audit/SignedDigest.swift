@@ -158,12 +158,15 @@ func encodeJSON(_ value: some Encodable) -> String {
     return String(decoding: try! encoder.encode(value), as: UTF8.self)
 }
 
-/// Largest JSON document read as a digest or proof (a proof of a 2^64-entry log is ~4.5 KB).
+/// Largest JSON document read as a digest or consistency proof (a proof of a 2^64-entry log
+/// is ~9 KB).
 let maxProofJSONBytes = 1 << 20
+/// Largest inclusion proof read: it may carry an entry's body (base64).
+let maxInclusionProofJSONBytes = 64 << 20
 
-func decodeJSON<T: Decodable>(_ type: T.Type, _ bytes: some Collection<UInt8>, what: String) throws(LedgerError) -> T {
-    guard bytes.count <= maxProofJSONBytes else {
-        throw LedgerError(.invalidParameter, "\(what) is \(bytes.count) bytes; at most \(maxProofJSONBytes) are read")
+func decodeJSON<T: Decodable>(_ type: T.Type, _ bytes: some Collection<UInt8>, what: String, limit: Int = maxProofJSONBytes) throws(LedgerError) -> T {
+    guard bytes.count <= limit else {
+        throw LedgerError(.invalidParameter, "\(what) is \(bytes.count) bytes; at most \(limit) are read")
     }
     do { return try JSONDecoder().decode(type, from: Data(bytes)) } catch let DecodingError.keyNotFound(key, context) {
         throw LedgerError(.invalidParameter, "\(what) lacks \(path(context.codingPath + [key]))")
