@@ -130,6 +130,12 @@ let package = Package(
             dependencies: ["SyncLedger", "LedgerStorage"],
             swiftSettings: swiftSettings
         ),
+        // The proof benchmark: digest and proof sizes and costs against the ledger's size.
+        .executableTarget(
+            name: "proof-bench",
+            dependencies: ["SyncLedger"],
+            swiftSettings: swiftSettings
+        ),
         // A test helper: writes acknowledged updates until it is killed (the crash test).
         .executableTarget(
             name: "ledger-crash-writer",

@@ -71,6 +71,8 @@ final class ReplicationStatus: Sendable {
 
     let leader: String
     let state = Mutex(State())
+    /// Checks of the leader's signed digests (``Follower/checkLeaderDigest()``).
+    let digest = LeaderDigestStatus()
 
     init(leader: String) { self.leader = leader }
 
@@ -94,6 +96,7 @@ final class ReplicationStatus: Sendable {
         w.member("Checkpoint", int: s.checkpoint)
         w.member("LastError", s.lastError)
         w.member("LastErrorReason", s.lastErrorReason?.rawValue)
+        digest.write(&w)
     }
 
     func metrics() -> String {
@@ -118,7 +121,7 @@ final class ReplicationStatus: Sendable {
         for status in [200, 204] {
             out += "syncledger_replication_pulls_total{status=\"\(status)\"} \(s.pulls[status] ?? 0)\n"
         }
-        return out
+        return out + digest.metrics()
     }
 }
 
@@ -145,6 +148,11 @@ struct Follower: Sendable {
     /// The shortest time between two pulls that found nothing new: the pace when the leader
     /// does not hold pulls (``wait`` 0, or a leader that ignores it).
     var minimumEmptyPullInterval: Duration = .milliseconds(500)
+    /// The leader's digest key: when set, the leader's signed digests are checked against this
+    /// replica when it is caught up (``checkLeaderDigest()``).
+    var digestKey: DigestPublicKey?
+    /// The least time between two such checks.
+    var digestInterval: Duration = .seconds(60)
 
     /// Runs until the task is cancelled. Failures are logged, counted and retried with
     /// backoff; nothing that fails a check is ever merged.
@@ -199,6 +207,7 @@ struct Follower: Sendable {
         status.state.withLock { $0.leaderSequence = leaderSequence; $0.checkpoint = checkpoint }
         guard answer.status == 200 else {
             status.state.withLock { $0.caughtUpAt = Date(); $0.lastError = nil; $0.lastErrorReason = nil }
+            await checkLeaderDigest()
             return false
         }
         let report: MergeReport
@@ -219,6 +228,7 @@ struct Follower: Sendable {
             if state.checkpoint >= state.leaderSequence { state.caughtUpAt = Date() }
         }
         logger.debug("replicated", metadata: ["applied": "\(report.applied)", "skipped": "\(report.skipped)", "checkpoint": "\(report.lastSourceSequence)"])
+        if report.lastSourceSequence >= leaderSequence { await checkLeaderDigest() }
         return true
     }
 

@@ -13,6 +13,8 @@ import SyncLedger
 ///   carries `x-syncledger-nonce`, the answer carries `x-syncledger-signature`
 ///   (``FeedAuthentication``, docs/replication.md).
 /// - `GET /segments/digest` — `{"Digest", "Sequence"}` of this ledger.
+/// - `GET /segments/signed-digest` — the ledger's Ed25519-signed Merkle digest at its latest
+///   commit (docs/proofs.md), as `syncledger digest --json` prints it. Takes no parameters.
 extension CognitoAPI {
     /// The longest `wait` a feed request may ask for.
     static var maxFeedWait: Duration { .seconds(30) }
@@ -42,6 +44,10 @@ extension CognitoAPI {
             }
             if status == 200 { headers.insert(("content-type", segmentContentType), at: 0) }
             return (WireResponse(status: status, headers: headers, body: body), "GetFeedSegment", nil)
+        case "signed-digest":
+            let ledger = self.ledger
+            let json = try await offPool { try ledger.signedDigest().json }
+            return (WireResponse(status: 200, headers: [("content-type", "application/json")], body: Array(json.utf8)), "GetSignedDigest", nil)
         default:
             let ledger = self.ledger
             let (digest, last) = try await offPool { (try ledger.digest(), try ledger.lastSequence) }

@@ -6,7 +6,8 @@ public let segmentContentType = "application/vnd.syncledger.segment"
 
 /// The segment exchange, beside the Cognito API and under the same SigV4 credentials:
 ///
-/// - `GET /segments/feed`, `GET /segments/digest` — replication, admin only (ReplicationAPI).
+/// - `GET /segments/feed`, `GET /segments/digest`, `GET /segments/signed-digest` — replication
+///   and audit, admin only (ReplicationAPI).
 /// - `GET /segments/streams/{pool}/{identity}/{dataset}?after=OFFSET&maxBytes=N` — one stream
 ///   after an offset (its identity, at most 1 MiB a pull; or admin, at most 64 MiB).
 /// - `POST /segments` — merge the posted segment with its entries kept as sent: replication,
@@ -49,7 +50,7 @@ extension CognitoAPI {
             return n
         }
         switch (request.method, segments.count) {
-        case ("GET", 2) where segments[1] == "feed" || segments[1] == "digest":
+        case ("GET", 2) where segments[1] == "feed" || segments[1] == "digest" || segments[1] == "signed-digest":
             try requireAdmin(segments[1] == "feed" ? "reading the change feed" : "the digest")
             return try await handleReplication(segments[1], query: query, request: request, credential: credential)
         case ("GET", 5) where segments[1] == "streams":

@@ -73,6 +73,12 @@ public struct ServerConfiguration: Sendable {
     public var followCA: String?
     /// How long the leader may hold a follower's pull that finds nothing new (at most 30 s).
     public var followWait: Duration = .seconds(20)
+    /// A file holding the leader's digest public key (PEM or base64, as `syncledger digest
+    /// --public-key` prints it): a follower checks the leader's signed digests against its
+    /// replica.
+    public var followDigestKey: String?
+    /// The least time between two checks of the leader's signed digest.
+    public var followDigestInterval: Duration = .seconds(60)
     /// Push delivery: on unless turned off; a follower never delivers (its leader does).
     public var push = PushOptions()
     /// The live event streams of `GET /events`: keep-alive interval and bounds.
@@ -110,6 +116,8 @@ public struct ServerConfiguration: Sendable {
             throw StartupError("--follow-ca is for an https:// leader (--follow https://HOST:PORT)")
         }
         guard followWait >= .zero, followWait <= CognitoAPI.maxFeedWait else { throw StartupError("--follow-wait must be 0 to 30 seconds") }
+        if followDigestKey != nil, follow == nil { throw StartupError("--follow-digest-key is for a follower (--follow URL)") }
+        guard followDigestInterval >= .zero, followDigestInterval <= .seconds(86_400) else { throw StartupError("--follow-digest-interval must be 0 to 86400 seconds") }
         try push.validate()
         guard idempotencyRetention >= Ledger.minimumIdempotencyRetention else {
             throw StartupError("--idempotency-retention-days must be at least 28 (a message may live four weeks), not \(idempotencyRetention.components.seconds / 86_400)")
@@ -171,6 +179,14 @@ public enum SyncLedgerServer {
         if let client {
             let status = ReplicationStatus(leader: client.url)
             follower = Follower(ledger: ledger, client: client, secret: admin.secretAccessKey, status: status, logger: logger, wait: configuration.followWait)
+            if let path = configuration.followDigestKey {
+                let text: String
+                do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+                    throw StartupError("cannot read --follow-digest-key \(path): \(describeFileError(error))")
+                }
+                do { follower?.digestKey = try DigestPublicKey(text: text) } catch { throw StartupError("--follow-digest-key \(path): \(error.message)") }
+                follower?.digestInterval = configuration.followDigestInterval
+            }
             api.followedLeader = client.url
             api.replication = status
         }

@@ -27,6 +27,8 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
     @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?
     @Option(help: "Seconds the leader may hold a follower's pull that finds nothing new (0-30).") var followWait = 20.0
+    @Option(help: "The leader's digest public key (a file, as `syncledger digest --public-key` prints it on the leader): check the leader's signed digests against this replica.") var followDigestKey: String?
+    @Option(help: "Seconds between two checks of the leader's signed digest (0-86400).") var followDigestInterval = 60.0
     @Flag(help: "Do not deliver push notifications (the outbox is not touched; a follower never delivers).") var noPush = false
     @Option(help: "APNs production base URL (env SYNCLEDGER_APNS_URL; default https://api.push.apple.com).") var apnsUrl: String?
     @Option(help: "APNs sandbox base URL (env SYNCLEDGER_APNS_SANDBOX_URL; default https://api.sandbox.push.apple.com).") var apnsSandboxUrl: String?
@@ -75,6 +77,8 @@ struct Serve: AsyncParsableCommand {
         config.follow = follow
         config.followCA = followCa
         config.followWait = Self.duration(followWait)
+        config.followDigestKey = followDigestKey
+        config.followDigestInterval = Self.duration(followDigestInterval)
         config.events.keepAlive = Self.duration(eventsKeepalive)
         config.events.perIdentity = eventsPerIdentity
         config.events.maxStreams = maxEventStreams

@@ -38,13 +38,14 @@ struct Verify: AsyncParsableCommand {
 
 /// Rebuilds the views from the log.
 struct RebuildViews: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "rebuild-views", abstract: "Recompute every view from the log, then verify.")
+    static let configuration = CommandConfiguration(commandName: "rebuild-views", abstract: "Recompute every view from the log (and empty the stored Merkle tree, rebuilt on the next digest), then verify.")
     @OptionGroup var data: DataOptions
 
     func run() async throws {
         let ledger = try data.open(create: false)
         defer { ledger.close() }
         try await ledger.rebuildViews()
+        try await ledger.resetMerkleTree()
         let report = try ledger.verify()
         print(report)
         if !report.isValid { throw ExitCode(1) }

@@ -47,6 +47,10 @@ struct Schema: Sendable {
     let idempotencyByTime: Database
     /// consumer name → ``MessageConsumer`` (JSON): durable cursors of message consumers.
     let consumers: Database
+    /// Derived: level (1 B) ‖ index (8 B BE) → SHA-256 of the complete Merkle subtree over
+    /// leaves `[index·2^level, (index+1)·2^level)` of the log, from level
+    /// ``Ledger/merkleStoredLevel`` up; built on demand (see docs/proofs.md).
+    let merkle: Database
 
     init(environment env: Environment) throws {
         meta = try env.openDatabase("meta")
@@ -65,6 +69,7 @@ struct Schema: Sendable {
         idempotency = try env.openDatabase("idempotency")
         idempotencyByTime = try env.openDatabase("idempotency-by-time")
         consumers = try env.openDatabase("message-consumers")
+        merkle = try env.openDatabase("merkle")
     }
 
     /// The databases that hold views (rebuilt from the log).

@@ -80,6 +80,8 @@ extension Ledger {
                 after = last.0.key + [0]
             }
             try verifyPools(latest: latestByPool)
+            // The stored Merkle tree (docs/proofs.md) is derived from the log too.
+            if let problem = try checkMerkleTree() { throw Failure(problem: .init(stream: nil, offset: nil, message: problem)) }
         } catch let failure as Failure {
             report.problem = failure.problem
         } catch let error as LedgerError where error.code == .corruptData {
