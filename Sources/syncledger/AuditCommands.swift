@@ -19,6 +19,7 @@ struct Blame: AsyncParsableCommand {
     @Flag(help: "List removed records too (the entry that removed each).") var removed = false
     @OptionGroup var filters: EntryFilterOptions
     @Flag(help: "One JSON object per record: key, value (null when removed), op (put or remove), syncCount, sequence, time, author, device.") var json = false
+    @Option(help: "Show progress on a terminal after this many seconds.") var progressAfter = 0.5
 
     func validate() throws {
         _ = try auditPoint(syncCount: syncCount, time: time, options: ("--sync-count", "--time"))
@@ -31,7 +32,7 @@ struct Blame: AsyncParsableCommand {
         let point = try auditPoint(syncCount: syncCount, time: time, options: ("--sync-count", "--time"))
         let ledger = try data.open()
         defer { ledger.close() }
-        var progress = Progress(total: nil)
+        var progress = Progress(total: nil, delay: progressAfter)
         let summary = try ledger.blame(stream, at: point, filter: filter, includeRemoved: removed,
                                        progress: { progress.update("replaying", done: $0, of: $1, unit: "entries") }) { line in
             if json {
@@ -69,6 +70,7 @@ struct Diff: AsyncParsableCommand {
     @Option(help: "Only this record key.") var key: String?
     @OptionGroup var filters: EntryFilterOptions
     @Flag(help: "One JSON object per record: key, change (added, removed, changed), before, after, syncCount, sequence, time, author, device.") var json = false
+    @Option(help: "Show progress on a terminal after this many seconds.") var progressAfter = 0.5
 
     func validate() throws {
         guard try auditPoint(syncCount: fromSyncCount, time: fromTime, options: ("--from-sync-count", "--from-time")) != nil else {
@@ -85,7 +87,7 @@ struct Diff: AsyncParsableCommand {
         let to = try auditPoint(syncCount: toSyncCount, time: toTime, options: ("--to-sync-count", "--to-time"))
         let ledger = try data.open()
         defer { ledger.close() }
-        var progress = Progress(total: nil)
+        var progress = Progress(total: nil, delay: progressAfter)
         let summary = try ledger.diff(stream, from: from, to: to, filter: filter,
                                       progress: { progress.update("replaying", done: $0, of: $1, unit: "entries") }) { line in
             if json {
@@ -124,13 +126,14 @@ struct Stats: AsyncParsableCommand {
     @Flag(help: "Count entries and streams only, not bytes (faster).") var countsOnly = false
     @OptionGroup var filters: EntryFilterOptions
     @Flag(help: "One JSON object per row: pool, identity, dataset, streams, entries, bytes; the last line is the total, with \"total\": true.") var json = false
+    @Option(help: "Show progress on a terminal after this many seconds.") var progressAfter = 0.5
 
     func run() async throws {
         var filter = try filters.filter()
         try scope.apply(to: &filter)
         let ledger = try data.open()
         defer { ledger.close() }
-        var progress = Progress(total: nil)
+        var progress = Progress(total: nil, delay: progressAfter)
         if !json { print(["pool", "identity", "dataset"].prefix(by == .pool ? 1 : by == .identity ? 2 : 3).joined(separator: "\t") + "\tstreams\tentries\tbytes") }
         let total = try ledger.statistics(by: by, filter: filter, countBytes: !countsOnly,
                                           progress: { progress.update("counting", done: $0, of: $1, unit: "streams") }) { row in

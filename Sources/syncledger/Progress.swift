@@ -11,6 +11,13 @@ struct Progress {
     var lastDraw = Date.distantPast
     /// Whether a line was drawn (so `finish` ends it).
     var drawn = false
+    /// Seconds before ``update(_:done:of:unit:)`` draws its first bar.
+    var delay = 0.5
+
+    init(total: UInt64?, delay: Double = 0.5) {
+        self.total = total
+        self.delay = delay
+    }
 
     mutating func update(entries: UInt64, bytes: UInt64, force: Bool = false) {
         guard enabled, force || Date().timeIntervalSince(lastDraw) > 0.2 else { return }
@@ -24,10 +31,10 @@ struct Progress {
     }
 
     /// A bar for work of known size, `label [#####-----] 45% 9000/20000 entries, ETA 2 s`,
-    /// drawn from half a second on (a quick command draws nothing) and at most 5 times a second.
+    /// drawn after ``delay`` (half a second: a quick command draws nothing), at most 5 times a second.
     mutating func update(_ label: String, done: UInt64, of total: UInt64, unit: String) {
         let now = Date()
-        guard enabled, now.timeIntervalSince(started) > 0.5, now.timeIntervalSince(lastDraw) > 0.2 else { return }
+        guard enabled, now.timeIntervalSince(started) >= delay, done >= total || now.timeIntervalSince(lastDraw) > 0.2 else { return }
         lastDraw = now
         let fraction = total == 0 ? 1 : min(1, Double(done) / Double(total))
         let width = 24
