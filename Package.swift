@@ -130,6 +130,12 @@ let package = Package(
             dependencies: ["SyncLedger", "LedgerStorage"],
             swiftSettings: swiftSettings
         ),
+        // The audit benchmark: blame and diff of one stream ÷ a raw scan of it, large and small ledgers.
+        .executableTarget(
+            name: "audit-bench",
+            dependencies: ["SyncLedger"],
+            swiftSettings: swiftSettings
+        ),
         // A test helper: writes acknowledged updates until it is killed (the crash test).
         .executableTarget(
             name: "ledger-crash-writer",
