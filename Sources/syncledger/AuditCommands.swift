@@ -122,7 +122,7 @@ struct Stats: AsyncParsableCommand {
             """)
     @OptionGroup var data: DataDirectory
     @OptionGroup var scope: StreamScopeOptions
-    @Option(help: "One row per pool, identity or dataset.") var by: StatisticsGrouping = .identity
+    @Option(help: "One row per pool, identity or dataset.") var by: Grouping = .identity
     @Flag(help: "Count entries and streams only, not bytes (faster).") var countsOnly = false
     @OptionGroup var filters: EntryFilterOptions
     @Flag(help: "One JSON object per row: pool, identity, dataset, streams, entries, bytes; the last line is the total, with \"total\": true.") var json = false
@@ -135,7 +135,7 @@ struct Stats: AsyncParsableCommand {
         defer { ledger.close() }
         var progress = Progress(total: nil, delay: progressAfter)
         if !json { print(["pool", "identity", "dataset"].prefix(by == .pool ? 1 : by == .identity ? 2 : 3).joined(separator: "\t") + "\tstreams\tentries\tbytes") }
-        let total = try ledger.statistics(by: by, filter: filter, countBytes: !countsOnly,
+        let total = try ledger.statistics(by: by.library, filter: filter, countBytes: !countsOnly,
                                           progress: { progress.update("counting", done: $0, of: $1, unit: "streams") }) { row in
             print(describe(row, total: false))
             return true
@@ -161,4 +161,15 @@ struct Stats: AsyncParsableCommand {
     }
 }
 
-extension StatisticsGrouping: @retroactive ExpressibleByArgument {}
+/// `--by`: the library's ``StatisticsGrouping`` as an argument.
+enum Grouping: String, ExpressibleByArgument, CaseIterable {
+    case pool, identity, dataset
+
+    var library: StatisticsGrouping {
+        switch self {
+        case .pool: .pool
+        case .identity: .identity
+        case .dataset: .dataset
+        }
+    }
+}
