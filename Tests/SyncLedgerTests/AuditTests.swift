@@ -217,7 +217,7 @@ import LedgerStorage
             try await ledger.put(s, ["a": "1"])
             try await ledger.put(s, ["a": "2"])
             let missing = await expectLedgerError(.notFound) { try ledger.blame(stream("nope")) { _ in true } }
-            #expect(missing?.message.contains("test:0/1/nope does not exist") == true)
+            #expect(missing?.message.contains("test:0/test:1/nope does not exist") == true)
             let past = await expectLedgerError(.invalidParameter) { try ledger.diff(s, from: .syncCount(3)) { _ in true } }
             #expect(past?.message.contains("from sync count 3 is past the last entry") == true)
             let backwards = await expectLedgerError(.invalidParameter) { try ledger.diff(s, from: .syncCount(2), to: .syncCount(1)) { _ in true } }
