@@ -136,6 +136,12 @@ let package = Package(
             dependencies: ["SyncLedger"],
             swiftSettings: swiftSettings
         ),
+        // The audit benchmark: blame and diff of one stream ÷ a raw scan of it, large and small ledgers.
+        .executableTarget(
+            name: "audit-bench",
+            dependencies: ["SyncLedger"],
+            swiftSettings: swiftSettings
+        ),
         // A test helper: writes acknowledged updates until it is killed (the crash test).
         .executableTarget(
             name: "ledger-crash-writer",

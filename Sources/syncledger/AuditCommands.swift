@@ -2,164 +2,175 @@ import ArgumentParser
 import Foundation
 import SyncLedger
 
-/// `syncledger digest`: a signed Merkle root of the log, or the key that signs them.
-struct DigestCommand: AsyncParsableCommand {
+/// Prints each record of a dataset with the entry that last set it.
+struct Blame: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "digest",
-        abstract: "Print a signed digest of the ledger (the Merkle root of its log at a commit position), or the key that signs them.",
+        abstract: "Print each record of a dataset with the entry that last set it: sync count, time, author, device.",
         discussion: """
-        A digest signs (Ed25519) the root of an RFC 6962 Merkle tree over the log's entries 1…N. \
-        Anyone holding the public key (--public-key) checks it, and the proofs of `syncledger proof`, \
-        without SyncLedger: see docs/proofs.md and tools/verify-proof. The signing key stays in the \
-        secrets folder.
-        """)
+            Now (the default) reads the dataset's view: one lookup per record, whatever the \
+            length of its history. With --sync-count or --time, the dataset as it was there, \
+            replayed from the log once. Memory follows the dataset's records, never its history.
+            """)
     @OptionGroup var data: DataDirectory
-    @Option(help: "The tree size (commit sequence) to sign; repeat for several digests, one JSON line each. Default: the latest.")
-    var at: [UInt64] = []
-    @Flag(help: "Print each digest as one line of JSON (what `proof` and tools/verify-proof read).") var json = false
-    @Flag(name: .customLong("public-key"), help: "Print the public key that signs the digests, as PEM (with --json: key id, raw base64 and PEM).")
-    var publicKey = false
-    @Option(help: .hidden) var progressAfter = 1.0
+    @OptionGroup var target: StreamOptions
+    @Option(help: "Blame the dataset as it was right after this sync count.") var syncCount: UInt64?
+    @Option(help: "Blame the dataset as it was at this time (\(ISOTime.expected)).") var time: String?
+    @Option(help: "Only this record key.") var key: String?
+    @Flag(help: "List removed records too (the entry that removed each).") var removed = false
+    @OptionGroup var filters: EntryFilterOptions
+    @Flag(help: "One JSON object per record: key, value (null when removed), op (put or remove), syncCount, sequence, time, author, device.") var json = false
+    @Option(help: "Show progress on a terminal after this many seconds.") var progressAfter = 0.5
 
     func validate() throws {
-        if publicKey, !at.isEmpty { throw ValidationError("--public-key takes no --at") }
-        guard at.count <= 100_000 else { throw ValidationError("at most 100000 --at values") }
+        _ = try auditPoint(syncCount: syncCount, time: time, options: ("--sync-count", "--time"))
     }
 
     func run() async throws {
+        let stream = try target.stream()
+        var filter = try filters.filter()
+        filter.key = key
+        let point = try auditPoint(syncCount: syncCount, time: time, options: ("--sync-count", "--time"))
         let ledger = try data.open()
         defer { ledger.close() }
-        if publicKey {
-            let key = try ledger.digestPublicKey
+        var progress = Progress(total: nil, delay: progressAfter)
+        let summary = try ledger.blame(stream, at: point, filter: filter, includeRemoved: removed,
+                                       progress: { progress.update("replaying", done: $0, of: $1, unit: "entries") }) { line in
             if json {
-                printLine(["algorithm": .string(SignedDigest.algorithm), "keyId": .string(key.keyID),
-                           "publicKey": .string(Data(key.raw).base64EncodedString()), "pem": .string(key.pem)])
+                printLine(.object([("key", .string(line.key)), ("value", line.erased ? .null : .string(line.value)), ("op", line.isRemoved ? "remove" : "put")]
+                                  + (line.erased ? [("erased", .bool(true))] : [])
+                    + JSON.members(line.origin)))
             } else {
-                print(key.pem, terminator: "")
+                print("\(line.key)\t\(line.erased ? "[erased by a redaction]" : line.value ?? "(removed)")\t\(describe(line.origin))")
             }
-            return
+            return true
         }
-        let sizes = at.isEmpty ? [try ledger.lastSequence] : at
-        let top = sizes.max() ?? 0
-        let digests = try await withElapsedProgress("hashing \(top) entries", after: progressAfter) {
-            try sizes.map { try ledger.signedDigest(size: $0) }
+        progress.finish()
+        if !json, summary.lines == 0 {
+            let state = summary.deleted ? "the dataset was deleted" : "no record matches"
+            print("(\(state) at sync count \(summary.syncCount) of \(stream))")
         }
-        for digest in digests {
+    }
+}
+
+/// Prints the records that differ between two points of a dataset.
+struct Diff: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the records that differ between two sync counts or times of a dataset.",
+        discussion: """
+            Compares values: a record added (+), removed (-) or changed (~) between the first \
+            point and the second (default: now), with the entry that made its value at the \
+            second. One replay of the dataset's log up to the second point; memory follows the \
+            dataset's records.
+            """)
+    @OptionGroup var data: DataDirectory
+    @OptionGroup var target: StreamOptions
+    @Option(help: "The first point: right after this sync count (0: the empty dataset).") var fromSyncCount: UInt64?
+    @Option(help: "The first point: this time (\(ISOTime.expected)).") var fromTime: String?
+    @Option(help: "The second point: right after this sync count (default: the last entry).") var toSyncCount: UInt64?
+    @Option(help: "The second point: this time.") var toTime: String?
+    @Option(help: "Only this record key.") var key: String?
+    @OptionGroup var filters: EntryFilterOptions
+    @Flag(help: "One JSON object per record: key, change (added, removed, changed), before, after, syncCount, sequence, time, author, device.") var json = false
+    @Option(help: "Show progress on a terminal after this many seconds.") var progressAfter = 0.5
+
+    func validate() throws {
+        guard try auditPoint(syncCount: fromSyncCount, time: fromTime, options: ("--from-sync-count", "--from-time")) != nil else {
+            throw ValidationError("give the first point: --from-sync-count or --from-time")
+        }
+        _ = try auditPoint(syncCount: toSyncCount, time: toTime, options: ("--to-sync-count", "--to-time"))
+    }
+
+    func run() async throws {
+        let stream = try target.stream()
+        var filter = try filters.filter()
+        filter.key = key
+        let from = try auditPoint(syncCount: fromSyncCount, time: fromTime, options: ("--from-sync-count", "--from-time"))!
+        let to = try auditPoint(syncCount: toSyncCount, time: toTime, options: ("--to-sync-count", "--to-time"))
+        let ledger = try data.open()
+        defer { ledger.close() }
+        var progress = Progress(total: nil, delay: progressAfter)
+        let summary = try ledger.diff(stream, from: from, to: to, filter: filter,
+                                      progress: { progress.update("replaying", done: $0, of: $1, unit: "entries") }) { line in
             if json {
-                print(digest.json)
+                printLine(.object([("key", .string(line.key)), ("change", .string(line.change.rawValue)),
+                                   ("before", .string(line.before)), ("after", .string(line.after))] + JSON.members(line.origin)))
             } else {
-                print("ledger \(digest.ledgerID) tree size \(digest.treeSize) root \(hex(digest.rootHash)) signed by \(SignedDigest.algorithm) key \(digest.keyID)")
+                let what = switch line.change {
+                case .added: "+ \(line.key)\t\(line.after!)"
+                case .removed: "- \(line.key)\t(was \(line.before!))"
+                case .changed: "~ \(line.key)\t\(line.before!) → \(line.after!)"
+                }
+                print("\(what)\t\(describe(line.origin))")
             }
+            return true
+        }
+        progress.finish()
+        if !json {
+            printError("syncledger: \(summary.lines) records differ between sync counts \(summary.fromSyncCount) and \(summary.toSyncCount) of \(stream)")
         }
     }
 }
 
-/// `syncledger proof`: inclusion and consistency proofs against signed digests.
-struct ProofCommand: AsyncParsableCommand {
+/// Prints entries, streams and bytes per pool, identity or dataset.
+struct Stats: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "proof",
-        abstract: "Prove an entry is in a signed digest, or that a later digest extends an earlier one.",
-        discussion: "Proofs are JSON (docs/proofs.md); tools/verify-proof checks them with only the public key.",
-        subcommands: [ProofInclusion.self, ProofConsistency.self])
-}
-
-/// `syncledger proof inclusion`.
-struct ProofInclusion: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "inclusion",
-        abstract: "Prove that one entry (by --sequence, or by stream and --offset) is in the tree a digest signs; prints JSON.")
+        abstract: "Print entries, streams and stored bytes per pool, identity or dataset, and their total.",
+        discussion: """
+            Walks the streams in name order, finishing one row after the other (constant \
+            memory). Bytes are the stored log values (stream id, hash, body) of the entries \
+            counted, read without decoding their events; --counts-only skips them and, with no \
+            author, device or time filter, reads nothing but the stream heads.
+            """)
     @OptionGroup var data: DataDirectory
-    @Option(help: "The entry's commit sequence.") var sequence: UInt64?
-    @Option(help: "With --offset: the entry's identity pool id.") var pool: String?
-    @Option(help: "With --offset: the entry's identity id.") var identity: String?
-    @Option(help: "With --offset: the entry's dataset name.") var dataset: String?
-    @Option(help: "The entry's offset in its stream (with --pool, --identity, --dataset).") var offset: UInt64?
-    @Option(help: "A file holding the digest (JSON, as `digest --json` prints; - for standard input). Default: a new digest of the whole ledger.")
-    var digest: String?
-    @Flag(help: "Leave the entry's body and previous hash out: a smaller proof, whose verifier takes the entry hash as given.")
-    var noBody = false
-
-    func validate() throws {
-        let byStream = [pool, identity, dataset].allSatisfy { $0 != nil } && offset != nil
-        let anyStream = pool != nil || identity != nil || dataset != nil || offset != nil
-        guard (sequence != nil) != anyStream, sequence != nil || byStream else {
-            throw ValidationError("name the entry by --sequence, or by --pool, --identity, --dataset and --offset")
-        }
-    }
+    @OptionGroup var scope: StreamScopeOptions
+    @Option(help: "One row per pool, identity or dataset.") var by: Grouping = .identity
+    @Flag(help: "Count entries and streams only, not bytes (faster).") var countsOnly = false
+    @OptionGroup var filters: EntryFilterOptions
+    @Flag(help: "One JSON object per row: pool, identity, dataset, streams, entries, bytes; the last line is the total, with \"total\": true.") var json = false
+    @Option(help: "Show progress on a terminal after this many seconds.") var progressAfter = 0.5
 
     func run() async throws {
+        var filter = try filters.filter()
+        try scope.apply(to: &filter)
         let ledger = try data.open()
         defer { ledger.close() }
-        let sequence = try self.sequence ?? ledger.sequence(of: StreamName(pool: pool!, identity: identity!, dataset: dataset!), offset: offset!)
-        let given = try digest.map { try SignedDigest(json: readInput($0, what: "the digest"), what: "the digest in \($0)") }
-        // The first digest or proof of a large ledger builds its stored tree: show that on a terminal.
-        let proof = try await withElapsedProgress("hashing the log", after: 1.0) {
-            try ledger.inclusionProof(sequence: sequence, digest: given ?? ledger.signedDigest(), withBody: !noBody)
+        var progress = Progress(total: nil, delay: progressAfter)
+        if !json { print(["pool", "identity", "dataset"].prefix(by == .pool ? 1 : by == .identity ? 2 : 3).joined(separator: "\t") + "\tstreams\tentries\tbytes") }
+        let total = try ledger.statistics(by: by.library, filter: filter, countBytes: !countsOnly,
+                                          progress: { progress.update("counting", done: $0, of: $1, unit: "streams") }) { row in
+            print(describe(row, total: false))
+            return true
         }
-        print(proof.json)
-        if let problem = proof.problem(key: try ledger.digestPublicKey) {
-            throw CLIError("the proof printed does not verify: \(problem) — this ledger no longer holds the history the digest signed")
+        progress.finish()
+        print(describe(total, total: true))
+    }
+
+    private func describe(_ row: StatisticsRow, total: Bool) -> String {
+        if json {
+            var members: [(String, JSON)] = [("pool", .string(row.pool?.rawValue))]
+            if by != .pool { members.append(("identity", .string(row.identity?.rawValue))) }
+            if by == .dataset { members.append(("dataset", .string(row.dataset?.rawValue))) }
+            members += [("streams", .uint(row.streams)), ("entries", .uint(row.entries)),
+                        ("bytes", countsOnly ? .null : .uint(row.bytes))]
+            if total { members.append(("total", true)) }
+            return JSON.object(members).compact
         }
+        var names = [row.pool?.rawValue ?? "(total)"]
+        if by != .pool { names.append(row.identity?.rawValue ?? "") }
+        if by == .dataset { names.append(row.dataset?.rawValue ?? "") }
+        return (names + ["\(row.streams)", "\(row.entries)", countsOnly ? "-" : "\(row.bytes)"]).joined(separator: "\t")
     }
 }
 
-/// `syncledger proof consistency`.
-struct ProofConsistency: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "consistency",
-        abstract: "Prove that the tree a later digest signs extends an earlier digest's (nothing changed or removed); prints JSON.")
-    @OptionGroup var data: DataDirectory
-    @Option(help: "A file holding the earlier digest (JSON; - for standard input).") var from: String?
-    @Option(help: "A file holding the later digest. Default: a new digest of the whole ledger.") var to: String?
-    @Option(help: "A file of digests, one JSON line each, in growing tree size: prints a proof for each consecutive pair, one JSON line each.")
-    var chain: String?
+/// `--by`: the library's ``StatisticsGrouping`` as an argument.
+enum Grouping: String, ExpressibleByArgument, CaseIterable {
+    case pool, identity, dataset
 
-    func validate() throws {
-        guard (from != nil) != (chain != nil) else { throw ValidationError("give --from (and optionally --to), or --chain") }
-        if chain != nil, to != nil { throw ValidationError("--chain takes no --to") }
-    }
-
-    func run() async throws {
-        let ledger = try data.open()
-        defer { ledger.close() }
-        let key = try ledger.digestPublicKey
-        var pairs: [(SignedDigest, SignedDigest)] = []
-        if let chain {
-            let lines = try readInput(chain, what: "the digests", limit: 1 << 30).split(separator: UInt8(ascii: "\n"))
-            var digests: [SignedDigest] = []
-            for (i, line) in lines.enumerated() where !line.allSatisfy({ $0 == 32 || $0 == 13 }) {
-                digests.append(try SignedDigest(json: line, what: "the digest on line \(i + 1) of \(chain)"))
-            }
-            pairs = Array(zip(digests, digests.dropFirst()))
-        } else if let from {
-            let earlier = try SignedDigest(json: readInput(from, what: "the earlier digest"), what: "the earlier digest in \(from)")
-            let given = try to.map { try SignedDigest(json: readInput($0, what: "the later digest"), what: "the later digest in \($0)") }
-            let later = try await withElapsedProgress("hashing the log", after: 1.0) { try given ?? ledger.signedDigest() }
-            pairs = [(earlier, later)]
-        }
-        var failures: [String] = []
-        for (earlier, later) in pairs {
-            let proof = try ledger.consistencyProof(from: earlier, to: later)
-            print(proof.json)
-            if let problem = proof.problem(key: key) { failures.append("\(earlier.treeSize) → \(later.treeSize): \(problem)") }
-        }
-        if let first = failures.first {
-            throw CLIError("\(failures.count) proof(s) printed do not verify, the first \(first) — this ledger no longer holds the history the digests signed")
+    var library: StatisticsGrouping {
+        switch self {
+        case .pool: .pool
+        case .identity: .identity
+        case .dataset: .dataset
         }
     }
-}
-
-/// Lowercase hex.
-private func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
-
-/// The bytes of file `path`, or of standard input for `-`; at most `limit` bytes.
-private func readInput(_ path: String, what: String, limit: Int = 1 << 20) throws -> [UInt8] {
-    let data: Data
-    if path == "-" {
-        data = FileHandle.standardInput.readDataToEndOfFile()
-    } else {
-        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch { throw CLIError.file("cannot read \(what)", path, error) }
-    }
-    guard data.count <= limit else { throw CLIError("\(what) in \(path) is \(data.count) bytes; at most \(limit) are read") }
-    return Array(data)
 }

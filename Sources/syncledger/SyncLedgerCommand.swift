@@ -19,15 +19,16 @@ struct SyncLedgerCommand: AsyncParsableCommand {
             none (and say so on standard error). Every other command refuses such a directory \
             ("there is no ledger at …; check --data") rather than reading or writing an empty ledger.
 
-            --json makes log, history, replay, get, verify and credentials list print JSON: \
-            one object per line for log, history and credentials list, one object for the others.
+            --json makes log, history, replay, get, blame, diff, stats, verify and credentials list print \
+            JSON: one object per line for log, history, blame, diff, stats and credentials list, one \
+            object for the others.
             """,
         version: version,
         subcommands: [
             Serve.self, Credentials.self, Put.self, Get.self, Remove.self, Log.self, History.self, Replay.self,
             Verify.self, RebuildViews.self, Export.self, Import.self, Dict.self, Push.self, Devices.self, Messages.self, Identities.self,
-            ClientCommand.self, SyncTriggerCommands.self, Streams.self, Redact.self, Compact.self,
-            DigestCommand.self, ProofCommand.self,
+            ClientCommand.self, SyncTriggerCommands.self, Streams.self, Blame.self, Diff.self, Stats.self,
+            DigestCommand.self, ProofCommand.self, Redact.self, Compact.self,
         ]
     )
 

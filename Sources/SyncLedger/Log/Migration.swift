@@ -64,6 +64,9 @@ extension Ledger {
             head.hash = hash
             try txn.put(schema.streams, key: stream.key, value: head.encoded())
         }
+        // The Merkle tree over the entry hashes is derived: rebuilt on the next digest.
+        try txn.removeAll(schema.merkle)
+        _ = try txn.delete(schema.meta, key: Array("merkle-leaves".utf8))
         // Idempotency answers of UpdateRecords hold values; they stay (they are purged after
         // their retention, and a redaction deletes those of the streams it erases).
         return rewritten
