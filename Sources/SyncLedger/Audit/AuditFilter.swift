@@ -124,14 +124,8 @@ public struct Attribution: Hashable, Sendable {
     /// Reads the head of a stored entry body (version, offset, time, author, device) without
     /// making its events.
     static func decodeHead(body: ArraySlice<UInt8>, sequence: UInt64) throws(DecodeFailure) -> Attribution {
-        var reader = ByteReader(body)
-        let version = try reader.byte()
-        guard LogEntry.bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
-        let offset = try reader.varint()
-        let time = Timestamp(milliseconds: try reader.signed())
-        let author = try reader.string()
-        let device = version == 2 ? try reader.string() : nil
-        return Attribution(syncCount: offset, sequence: sequence, time: time, author: author, device: device)
+        let head = try LogEntry.decodeHead(body)
+        return Attribution(syncCount: head.offset, sequence: sequence, time: head.time, author: head.author, device: head.device)
     }
 }
 

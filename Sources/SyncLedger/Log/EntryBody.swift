@@ -115,6 +115,18 @@ extension LogEntry {
         return (offset, Timestamp(milliseconds: try reader.signed()))
     }
 
+    /// The head of a stored body — offset, time, author, device — read without its events.
+    static func decodeHead(_ body: ArraySlice<UInt8>) throws(DecodeFailure) -> (offset: UInt64, time: Timestamp, author: String, device: String?) {
+        var reader = ByteReader(body)
+        let version = try reader.byte()
+        guard bodyVersions.contains(version) else { throw DecodeFailure(description: "unknown entry body version \(version)") }
+        let offset = try reader.varint()
+        let time = Timestamp(milliseconds: try reader.signed())
+        let author = try reader.string()
+        let device = version == 2 || version == 4 ? try reader.string() : nil
+        return (offset, time, author, device)
+    }
+
     /// Checks a body as ``decodeBody(_:)`` would decode it — the same checks, every string's
     /// UTF-8 included — without making its strings and events, and returns its offset, time
     /// and the canonical bytes its hash commits to (a value present is bound to the hash
