@@ -137,6 +137,27 @@ import SyncLedgerTestSupport
     }
 }
 
+extension RedactionTests {
+    /// A follower's directory written by format 2 is not migrated in place: its hashes would no
+    /// longer be its leader's. It says what to do instead, and is left as it was.
+    @Test func aFormat2FollowerDirectoryIsRefused() async throws {
+        let dir = temporaryPath("format2-follower")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let ledger = try Ledger(directory: dir)
+            defer { ledger.close() }
+            _ = try await ledger.put(stream(), ["k": "v"])
+            try await ledger.write { txn in
+                try txn.put(ledger.schema.meta, key: Array("format".utf8), value: .bigEndian(2))
+                try txn.put(ledger.schema.meta, key: Array("replication-leader".utf8), value: Array("0123abcd".utf8))
+            }
+        }
+        let error = await expectLedgerError(.unsupportedFormat) { _ = try Ledger(directory: dir) }
+        #expect(error?.message.contains("follower of ledger 0123abcd") == true)
+        #expect(error?.message.contains("start the follower again in an empty one") == true)
+    }
+}
+
 /// A small deterministic generator (SplitMix64) for reproducible workloads.
 struct SeededGenerator: RandomNumberGenerator {
     var state: UInt64
