@@ -138,6 +138,31 @@ import SyncLedgerTestSupport
 }
 
 extension RedactionTests {
+    /// A value erased behind the ledger's back (no redaction record) is reported by verify,
+    /// although the hash chain still holds.
+    @Test func anErasureWithoutARedactionRecordIsReported() async throws {
+        try await withLedger { ledger in
+            let s = stream()
+            _ = try await ledger.put(s, ["k": "v", "other": "w"])
+            _ = try await ledger.put(stream("b"), ["x": "y"])
+            #expect(try ledger.verify().isValid)
+            try await ledger.write { txn in
+                let sequence = try #require(try ledger.entries(in: s).first).sequence
+                let row = try #require(try txn.get(ledger.schema.log, key: .bigEndian(sequence)))
+                let erased = try #require(try LogEntry.erasingValues(row[40...], where: { $0 == "k" }))
+                try txn.put(ledger.schema.log, key: .bigEndian(sequence), value: Array(row[..<40]) + erased.body)
+            }
+            let report = try ledger.verify()
+            #expect(report.problem?.message.contains("no redaction recorded after it covers it") == true)
+            #expect(report.problem?.stream == s)
+            // A redaction of another key does not cover it; one of that key does.
+            _ = try await ledger.redact(pool: s.pool, identity: s.identity, dataset: s.dataset, key: "other", reason: "r", author: "a")
+            #expect(try ledger.verify().isValid == false)
+            _ = try await ledger.redact(pool: s.pool, identity: s.identity, dataset: s.dataset, key: "k", reason: "r", author: "a")
+            #expect(try ledger.verify().isValid)
+        }
+    }
+
     /// A follower's directory written by format 2 is not migrated in place: its hashes would no
     /// longer be its leader's. It says what to do instead, and is left as it was.
     @Test func aFormat2FollowerDirectoryIsRefused() async throws {

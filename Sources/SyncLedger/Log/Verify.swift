@@ -59,6 +59,13 @@ extension Ledger {
             var after: [UInt8]?
             var latestByPool: [String: Timestamp] = [:]
             let timeRuleFrom = try read { txn in try txn.get(schema.meta, key: Schema.timeRuleFromKey)?.bigEndianUInt64() ?? 0 }
+            // Every erased value must be covered by a redaction recorded after it (a value erased
+            // without that record is tampering). Redactions are few; read them all first.
+            var redactions: [String: [(sequence: UInt64, redaction: Redaction)]] = [:]
+            for pool in try poolsWithStreams() {
+                let list = try self.redactions(pool: pool)
+                if !list.isEmpty { redactions[pool.rawValue] = list }
+            }
             while true {
                 let batch = try read { txn -> [(StreamName, UInt64)] in
                     var result: [(StreamName, UInt64)] = []
@@ -69,7 +76,7 @@ extension Ledger {
                     return result
                 }
                 for (stream, id) in batch {
-                    let (count, latest) = try verifyStream(stream, id: id, timeRuleFrom: timeRuleFrom)
+                    let (count, latest) = try verifyStream(stream, id: id, timeRuleFrom: timeRuleFrom, redactions: redactions[stream.pool.rawValue] ?? [])
                     report.entries += count
                     if !stream.isInternal, let latest {
                         latestByPool[stream.pool.rawValue] = max(latestByPool[stream.pool.rawValue] ?? latest, latest)
@@ -114,7 +121,8 @@ extension Ledger {
     /// Checks one stream; returns the number of entries checked and the latest entry time.
     /// Time must not go backwards from entries after sequence `timeRuleFrom` on (a ledger
     /// migrated from format 1 holds entries written before the rule).
-    private func verifyStream(_ stream: StreamName, id: UInt64, timeRuleFrom: UInt64) throws -> (UInt64, Timestamp?) {
+    private func verifyStream(_ stream: StreamName, id: UInt64, timeRuleFrom: UInt64,
+                              redactions: [(sequence: UInt64, redaction: Redaction)]) throws -> (UInt64, Timestamp?) {
         var view = MemoryDatasetView()
         var expected: UInt64 = 1
         var previous = LogEntry.genesisHash
@@ -150,6 +158,10 @@ extension Ledger {
                         guard hash == entry.hash else { throw fail("the hash chain breaks: stored hash differs from the recomputed one", at: offset) }
                         if let previousTime, entry.time < previousTime, entry.sequence > timeRuleFrom {
                             throw fail("time goes backwards: \(entry.time) after \(previousTime)", at: offset)
+                        }
+                        for case .erased(let key, _) in entry.events
+                        where !redactions.contains(where: { $0.sequence > entry.sequence && $0.redaction.covers(stream, key: key) }) {
+                            throw fail("the value of \(quoted(key)) is erased, but no redaction recorded after it covers it", at: offset)
                         }
                         previousTime = entry.time
                         latest = max(latest ?? entry.time, entry.time)
