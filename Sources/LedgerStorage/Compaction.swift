@@ -4,19 +4,25 @@ import Foundation
 extension Environment {
     /// The names of the named databases (the keys of LMDB's main database, where it keeps them).
     public func databaseNames() throws -> [String] {
+        // Through LMDB's cursor directly: Swift 6.3's optimizer crashes (GenericSpecializer,
+        // "Cannot initialize a nonCopyable type with a guaranteed value") specializing
+        // `withCursor` over the main database here.
+        var names: [String] = []
         try read { txn in
             var dbi: MDB_dbi = 0
             try check(mdb_dbi_open(txn.handle, nil, 0, &dbi))
-            return try txn.withCursor(Database(dbi: dbi, name: "")) { cursor in
-                var names: [String] = []
-                var pair = try cursor.first()
-                while let current = pair {
-                    names.append(String(decoding: current.key, as: UTF8.self))
-                    pair = try cursor.next()
-                }
-                return names
+            var cursor: OpaquePointer?
+            try check(mdb_cursor_open(txn.handle, dbi, &cursor))
+            defer { mdb_cursor_close(cursor) }
+            var key = MDB_val(), value = MDB_val()
+            var code = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
+            while code == 0 {
+                names.append(String(decoding: UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size), as: UTF8.self))
+                code = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
             }
+            if code != MDB_NOTFOUND { try check(code) }
         }
+        return names
     }
 
     /// Copies every named database, pair by pair, into a new environment at `path` (a folder
@@ -33,17 +39,7 @@ extension Environment {
             let destination = try target.openDatabase(name)
             var next: [UInt8]? = []
             while let start = next {
-                let batch: [Cursor.Pair] = try read { txn in
-                    try txn.withCursor(source) { cursor in
-                        var pairs: [Cursor.Pair] = []
-                        var pair = start.isEmpty ? try cursor.first() : try cursor.seek(atLeast: start)
-                        while let current = pair, pairs.count < 8192 {
-                            pairs.append(current)
-                            pair = try cursor.next()
-                        }
-                        return pairs
-                    }
-                }
+                let batch = try read { txn in try Self.pairs(txn, source, from: start, limit: 8192) }
                 try target.write { txn in
                     for pair in batch { try txn.put(destination, key: pair.key, value: pair.value, flags: .append) }
                 }
@@ -54,5 +50,31 @@ extension Environment {
         }
         try target.sync()
         return target
+    }
+
+    /// Up to `limit` pairs of `db` from the first key ≥ `start` (from the first when empty),
+    /// read through LMDB's cursor directly (see ``databaseNames()`` for why not `withCursor`).
+    static func pairs(_ txn: Transaction, _ db: Database, from start: [UInt8], limit: Int) throws -> [Cursor.Pair] {
+        var cursor: OpaquePointer?
+        try check(mdb_cursor_open(txn.handle, db.dbi, &cursor))
+        defer { mdb_cursor_close(cursor) }
+        var key = MDB_val(), value = MDB_val()
+        var code: Int32
+        if start.isEmpty {
+            code = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
+        } else {
+            code = start.withUnsafeBytes { bytes -> Int32 in
+                key = MDB_val(mv_size: bytes.count, mv_data: UnsafeMutableRawPointer(mutating: bytes.baseAddress))
+                return mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE)
+            }
+        }
+        var result: [Cursor.Pair] = []
+        while code == 0, result.count < limit {
+            result.append(([UInt8](UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)),
+                           [UInt8](UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))))
+            code = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+        }
+        if code != 0, code != MDB_NOTFOUND { try check(code) }
+        return result
     }
 }
