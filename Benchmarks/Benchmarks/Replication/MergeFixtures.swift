@@ -128,7 +128,7 @@ final class SQLiteMergeFixture: MeasuredFixture {
                         Row(stream: stream, syncCount: Int64(entry.offset), time: entry.time.milliseconds, author: entry.author, hash: e.hash, key: key, value: value)
                     case .remove(let key, _):
                         Row(stream: stream, syncCount: Int64(entry.offset), time: entry.time.milliseconds, author: entry.author, hash: e.hash, key: key, value: nil)
-                    case .deleteDataset:
+                    case .deleteDataset, .erased:
                         nil
                     }
                 }
