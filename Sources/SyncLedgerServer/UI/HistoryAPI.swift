@@ -52,7 +52,8 @@ extension CognitoAPI {
                 after = try StreamName(pool: pool.rawValue, identity: parts[0], dataset: parts[1])
             }
             let limit = Self.uiPageLimit
-            let list = try await offPool { try ledger.browseStreams(pool: pool, identity: identity, after: after, limit: limit + 1) }
+            let start = after
+            let list = try await offPool { try ledger.browseStreams(pool: pool, identity: identity, after: start, limit: limit + 1) }
             w.beginObject(); w.key("Streams"); w.beginArray()
             for item in list.prefix(limit) {
                 w.beginObject()

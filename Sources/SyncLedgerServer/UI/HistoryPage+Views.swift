@@ -9,6 +9,7 @@ const Views = (() => {
   let stream = null; // {pool, identity, dataset}
   let head = 0;
   let from = 1;
+  let last = 0;
   let streams = [];
 
   function time(ms) { return new Date(ms).toISOString().replace('T', ' ').replace('Z', ' UTC'); }
@@ -87,13 +88,13 @@ const Views = (() => {
   }
 
   // One page of the timeline: `start` is the first sync count (null: the latest page).
-  async function loadPage(start) {
-    const answer = await get('entries', params({ from: start === null ? undefined : Math.max(1, start), limit: PAGE }));
+  async function loadPage(start, limit) {
+    const answer = await get('entries', params({ from: start === null ? undefined : Math.max(1, start), limit: limit || PAGE }));
     head = answer.Head;
     from = answer.From;
     const body = clear($('timeline-rows'));
     for (const entry of answer.Entries.slice().reverse()) body.appendChild(entryRow(entry));
-    const last = answer.Entries.length ? answer.Entries[answer.Entries.length - 1].SyncCount : from;
+    last = answer.Entries.length ? answer.Entries[answer.Entries.length - 1].SyncCount : from;
     $('page-info').textContent = 'Sync counts ' + from + '–' + last + ' of ' + head;
     $('newer').disabled = last >= head;
     $('latest').disabled = last >= head;
@@ -214,8 +215,8 @@ const Views = (() => {
 
   function start() {
     $('oldest').addEventListener('click', () => loadPage(1).catch(fail));
-    $('older').addEventListener('click', () => loadPage(from - PAGE).catch(fail));
-    $('newer').addEventListener('click', () => loadPage(from + PAGE).catch(fail));
+    $('older').addEventListener('click', () => { const start = Math.max(1, from - PAGE); loadPage(start, from - start).catch(fail); });
+    $('newer').addEventListener('click', () => loadPage(last + 1).catch(fail));
     $('latest').addEventListener('click', () => loadPage(null).catch(fail));
     $('jump-form').addEventListener('submit', (event) => {
       event.preventDefault();
