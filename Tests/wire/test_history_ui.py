@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -75,7 +76,7 @@ def ui(tmp_path_factory):
         write(ds, "long", {f"k{i % 7}": f"v{i}"}, "laptop")
     reply = server.raw("POST", "/admin/redactions", body={
         "IdentityPoolId": pool, "IdentityId": identity, "DatasetName": "profile", "Key": "secret", "Reason": "test"})
-    assert reply.status == 200, reply.content
+    assert reply.status_code == 200, reply.content
     yield server, pool, identity, root
     server.stop()
 
@@ -95,7 +96,13 @@ def browser(ui):
 
 
 def wait(driver, condition, timeout=20):
-    return WebDriverWait(driver, timeout).until(condition)
+    try:
+        return WebDriverWait(driver, timeout).until(condition)
+    except Exception:
+        # What a person would see, for the failure report.
+        print("page text:", driver.find_element(By.TAG_NAME, "body").text[:3000])
+        print("console:", [e["message"] for e in driver.get_log("browser")][:20] if hasattr(driver, "get_log") else "")
+        raise
 
 
 def screenshot(driver, ui, name):
@@ -137,15 +144,15 @@ def timeline(driver):
 
 def test_nothing_is_answered_unsigned(ui):
     server, pool, identity, _ = ui
-    stream = f"pool={pool}&identity={identity}&dataset=profile"
-    for op, query in [("pools", ""), ("streams", f"pool={pool}"), ("entries", stream), ("record", stream + "&key=colour"),
+    stream = f"pool={quote(pool, safe='')}&identity={quote(identity, safe='')}&dataset=profile"
+    for op, query in [("pools", ""), ("streams", f"pool={quote(pool, safe='')}"), ("entries", stream), ("record", stream + "&key=colour"),
                       ("diff", stream + "&from=0"), ("dataset", stream), ("status", stream)]:
         reply = server.raw("GET", "/admin/ui/" + op, query=query, sign=False)
-        assert reply.status in (401, 403), (op, reply.status)
+        assert reply.status_code in (401, 403), (op, reply.status_code)
         assert b"colour" not in reply.content and b"hunter2" not in reply.content
         signed = server.raw("GET", "/admin/ui/" + op, query=query)
-        assert signed.status == 200, (op, signed.content)
-        assert dict((k.lower(), v) for k, v in signed.headers)["cache-control"] == "no-store"
+        assert signed.status_code == 200, (op, signed.content)
+        assert signed.headers["cache-control"] == "no-store"
     page = requests.get(server.url + "/ui/", timeout=30)
     assert page.status_code == 403 and "ui-url" in page.text and "<html" not in page.text
     assert "script-src" in page.headers["content-security-policy"]
@@ -163,14 +170,14 @@ def test_the_page_is_an_empty_shell_under_a_strict_policy(ui):
         assert "colour" not in page.text and "http" not in re.sub(r"https?://(www\.)?w3\.org\S*", "", page.text)
     # A presigned URL for the page is no key to the data.
     query = ui_url(server).split("?", 1)[1]
-    assert server.raw("GET", "/admin/ui/pools", query=query, sign=False).status == 403
+    assert server.raw("GET", "/admin/ui/pools", query=query, sign=False).status_code == 403
 
 
 def test_an_identity_credential_cannot_open_the_page(ui, browser):
     server, pool, identity, root = ui
     cred = server.mint(pool, identity)
     key, secret = cred["AccessKeyId"], cred["SecretAccessKey"]
-    assert server.raw("GET", "/admin/ui/pools", key=key, secret=secret).status == 403
+    assert server.raw("GET", "/admin/ui/pools", key=key, secret=secret).status_code == 403
     browser.get(botocore_presigned(server, key, secret))
     body = browser.find_element(By.TAG_NAME, "body").text
     assert "needs the developer (admin) credential" in body and "signin-form" not in browser.page_source
@@ -187,19 +194,21 @@ def test_an_admin_browses_the_history(ui, browser):
     server, pool, identity, _ = ui
     sign_in(browser, ui_url(server), ADMIN_KEY, ADMIN_SECRET)
     open_dataset(browser, ui, "profile")
-    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#timeline-rows tr")) == 6)
+    # Six writes, then the redaction's removal of the erased key (no device).
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#timeline-rows tr")) == 7)
     rows = timeline(browser)
-    assert [r[0] for r in rows] == ["6", "5", "4", "3", "2", "1"]
-    assert [r[3] for r in rows] == ["phone-1", "tablet-2", "phone-1", "phone-1", "tablet-2", "phone-1"]
+    assert [r[0] for r in rows] == ["7", "6", "5", "4", "3", "2", "1"]
+    assert [r[3] for r in rows] == ["—", "phone-1", "tablet-2", "phone-1", "phone-1", "tablet-2", "phone-1"]
     assert all(r[2] == f"admin:{ADMIN_KEY}" for r in rows)
-    assert rows[0][4] == "colour" and rows[5][4].split() == ["colour", "size"]
+    keys = [[b.text for b in row.find_elements(By.CSS_SELECTOR, "button.key")] for row in browser.find_elements(By.CSS_SELECTOR, "#timeline-rows tr")]
+    assert keys == [["secret"], ["colour"], ["secret"], ["size"], ["hostile", "script"], ["colour"], ["colour", "size"]]
     assert browser.find_element(By.CSS_SELECTOR, "#timeline-rows tr[data-sync-count='4'] button.op-remove").text == "size"
     assert browser.find_element(By.CSS_SELECTOR, "#timeline-rows tr[data-sync-count='5'] button.op-erased").text == "secret"
-    assert browser.find_element(By.ID, "page-info").text == "Sync counts 1–6 of 6"
+    assert browser.find_element(By.ID, "page-info").text == "Sync counts 1–7 of 7"
 
     # Integrity: this dataset verified, the latest signed digest.
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#status .verify"))
-    assert browser.find_element(By.CSS_SELECTOR, "#status .verify").text.startswith("Verified: 6 entries")
+    assert browser.find_element(By.CSS_SELECTOR, "#status .verify").text.startswith("Verified: 7 entries")
     assert re.fullmatch(r"[0-9a-f]{64}", browser.find_element(By.CSS_SELECTOR, "#status .root-hash").text)
     assert "signature valid" in browser.find_element(By.ID, "status").text
 
@@ -209,7 +218,7 @@ def test_an_admin_browses_the_history(ui, browser):
     assert [(r[0], r[3], r[4], r[5]) for r in history] == [("3", "phone-1", "put", HOSTILE)]
     browser.find_element(By.CSS_SELECTOR, "#timeline-rows tr[data-sync-count='5'] button.key").click()
     history = detail_rows(browser, "record")
-    assert [(r[0], r[4], r[5]) for r in history] == [("5", "erased", "erased")]
+    assert [(r[0], r[4], r[5]) for r in history] == [("5", "erased", "erased"), ("7", "remove", "removed")]
     assert browser.find_elements(By.CSS_SELECTOR, "#detail .erased")
     browser.find_element(By.CSS_SELECTOR, "#timeline-rows tr[data-sync-count='6'] button.key").click()
     history = detail_rows(browser, "record")
@@ -219,7 +228,7 @@ def test_an_admin_browses_the_history(ui, browser):
     browser.find_element(By.CSS_SELECTOR, "#timeline-rows tr[data-sync-count='4'] button.as-of").click()
     records = detail_rows(browser, "dataset")
     assert {r[0]: (r[1], r[2]) for r in records} == {"colour": ("blue", "2"), "hostile": (HOSTILE, "3"), "script": (SCRIPT, "3")}
-    assert browser.find_element(By.ID, "detail-title").text == "Dataset as of sync count 4 (head 6)"
+    assert browser.find_element(By.ID, "detail-title").text == "Dataset as of sync count 4 (head 7)"
     screenshot(browser, ui, "history-timeline.png")
 
     # A diff between two points.
