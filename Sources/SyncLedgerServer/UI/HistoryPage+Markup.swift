@@ -77,12 +77,13 @@ button.small { font-size: 12px; padding: 0 6px; }
 button.key { font-family: ui-monospace, monospace; font-size: 12px; margin: 1px 3px 1px 0; padding: 0 5px; }
 button.op-put { border-color: #3a7; } button.op-remove { border-color: #c55; text-decoration: line-through; } button.op-erased { border-color: #a7a; font-style: italic; }
 #columns { display: flex; gap: 16px; align-items: flex-start; }
-#timeline-box { flex: 3; margin: 0; } #detail-box { flex: 2; margin: 0; min-width: 0; }
+#timeline-box { flex: 1; margin: 0; } #detail-box { flex: 1; margin: 0; min-width: 0; }
 table.grid { border-collapse: collapse; width: 100%; background: #fff; }
 table.grid th, table.grid td { border-bottom: 1px solid #e3e5ea; padding: 3px 6px; text-align: left; vertical-align: top; }
 table.grid th { background: #eceef2; font-weight: 600; position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; } td.time { white-space: nowrap; }
-td.val, td.key { font-family: ui-monospace, monospace; word-break: break-all; white-space: pre-wrap; }
+td.val, td.key { font-family: ui-monospace, monospace; overflow-wrap: anywhere; white-space: pre-wrap; }
+td.key { min-width: 6em; } #detail { overflow-x: auto; }
 .erased { color: #7a3d7a; font-style: italic; background: #f3e8f3; padding: 0 4px; border-radius: 3px; }
 .removed { color: #a33; font-style: italic; }
 .note { color: #667; font-size: 12px; }
