@@ -20,6 +20,14 @@ from botocore.auth import SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+# Not skipped when missing: tools/test installs selenium.
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
 from conftest import ADMIN_KEY, ADMIN_SECRET, BINARY, REPO, Dataset, Server, new_id
 
 CHROMIUM = "/usr/bin/chromium"
@@ -28,12 +36,6 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 SCRIPT = "<script>window.__pwned = 1</script>"
 SECRET_VALUE = "hunter2-erase-me"
 
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
 def ui_url(server, key=ADMIN_KEY, secret=ADMIN_SECRET):
@@ -64,6 +66,13 @@ def write(ds, name, values, device, removes=()):
 def ui(tmp_path_factory):
     root = tmp_path_factory.mktemp("history-ui")
     server = Server(str(root / "data"))
+    try:
+        yield from _written(server, root)
+    finally:
+        server.stop()
+
+
+def _written(server, root):
     pool, identity = new_id(), new_id()
     ds = Dataset(server.client(), pool, identity)
     write(ds, "profile", {"colour": "red", "size": "M"}, "phone-1")
@@ -78,7 +87,6 @@ def ui(tmp_path_factory):
         "IdentityPoolId": pool, "IdentityId": identity, "DatasetName": "profile", "Key": "secret", "Reason": "test"})
     assert reply.status_code == 200, reply.content
     yield server, pool, identity, root
-    server.stop()
 
 
 @pytest.fixture(scope="module")
