@@ -84,9 +84,12 @@ struct CognitoAPI: Sendable {
             return response
         }
         if segments.first == "admin" {
-            operation = request.method == "POST" ? "Redact" : "ListRedactions"
+            let isUI = segments.count > 1 && segments[1] == "ui"
+            operation = isUI ? "UI." + (segments.count == 3 ? segments[2] : "Unknown") : request.method == "POST" ? "Redact" : "ListRedactions"
             let credential = try authenticator.authenticate(request, queryPairs: query)
-            let (response, name, who) = try await handleAdmin(segments, query: query, request: request, credential: credential)
+            let (response, name, who) = isUI
+                ? try await handleHistoryUI(segments, query: query, request: request, credential: credential)
+                : try await handleAdmin(segments, query: query, request: request, credential: credential)
             (operation, identity) = (name, who)
             return response
         }

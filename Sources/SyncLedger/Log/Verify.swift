@@ -98,6 +98,29 @@ extension Ledger {
         return report
     }
 
+    /// Recomputes one stream's hash chain and views from the log and compares them with what
+    /// is stored, as ``verify()`` does for every stream (without the ledger-wide checks: the
+    /// log/index counts, pool times, the Merkle tree). Its cost follows the stream's entries.
+    ///
+    /// - Throws: ``LedgerError`` `.notFound` when the stream has no entries.
+    public func verify(stream: StreamName) throws -> VerificationReport {
+        guard let head = try read({ try head($0, stream) }) else {
+            throw LedgerError(.notFound, "dataset \(stream) does not exist: it has no entries", stream: stream)
+        }
+        let timeRuleFrom = try read { txn in try txn.get(schema.meta, key: Schema.timeRuleFromKey)?.bigEndianUInt64() ?? 0 }
+        var report = VerificationReport()
+        do {
+            let (count, _) = try verifyStream(stream, id: head.id, timeRuleFrom: timeRuleFrom, redactions: try redactions(pool: stream.pool))
+            report.entries = count
+            report.streams = 1
+        } catch let failure as Failure {
+            report.problem = failure.problem
+        } catch let error as LedgerError where error.code == .corruptData {
+            report.problem = .init(stream: error.stream, offset: error.offset, message: error.message)
+        }
+        return report
+    }
+
     /// SHA-256 over every stream's name, head offset and head hash, in name order (hex).
     public func digest() throws -> String {
         try read { txn in

@@ -5,7 +5,8 @@ import NIOCore
 import SyncLedger
 
 /// Adapts Hummingbird requests to the API, and logs and measures each one. `/health` and
-/// `/metrics` need no signature; `/streams/payload/<token>` is signed by its token.
+/// `/metrics` need no signature; `/streams/payload/<token>` is signed by its token; `/ui/` (the
+/// history browser) is presigned.
 struct RequestHandler: Sendable {
     let api: CognitoAPI
     /// `GET /events`: live event streams.
@@ -58,9 +59,13 @@ struct RequestHandler: Sendable {
             // HTTP/1's Host header arrives as the :authority pseudo-header.
             var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
             if let authority = request.head.authority { headers.append(("host", authority)) }
-            (wire, operation, identity) = await api.handle(WireRequest(
+            let wireRequest = WireRequest(
                 method: request.method.rawValue, rawPath: path, rawQuery: request.uri.query,
-                headers: headers, body: Array(buffer.readableBytesView)))
+                headers: headers, body: Array(buffer.readableBytesView))
+            // The history browser's page (presigned); its data is under /admin/ui/.
+            (wire, operation, identity) = path == HistoryPage.path
+                ? await api.handleHistoryPage(wireRequest)
+                : await api.handle(wireRequest)
         } catch let cut as RequestCut {
             // The transport refused this request mid-body and answers it itself; this answer is dropped.
             wire = .error(WireError(type: "InvalidParameterException", status: 400, message: cut.description))
