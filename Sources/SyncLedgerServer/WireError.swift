@@ -45,6 +45,7 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
         case .hookTimeout: self.init(type: "LambdaSocketTimeoutException", status: 504, message: message)
         case .hookThrottled: self.init(type: "LambdaThrottledException", status: 429, message: message)
         case .hookInvalidOutput: self.init(type: "InvalidLambdaFunctionOutputException", status: 400, message: message)
+        case .unavailable: self.init(type: "ServiceUnavailableException", status: 503, message: message)
         default: self.init(type: "InternalErrorException", status: 500, message: message)
         }
     }

@@ -79,6 +79,10 @@ public struct LedgerOptions: Sendable {
     /// `false`: it is refused with `.unsupportedFormat` — what read-only tools want, so that
     /// looking at a directory beside an older server never changes it under that server.
     public var migrate = true
+    /// The key that signs sync session and paging tokens, when it must be shared (32 bytes):
+    /// a cluster's nodes derive one from their shared admin secret, so a token one node issued
+    /// verifies on every other. Nil (default): the key kept in the secret store.
+    public var tokenKey: [UInt8]?
 
     /// The defaults: durable, Cognito's limits, 10-minute sessions.
     public init() {}
@@ -102,6 +106,8 @@ public final class Ledger: Sendable {
     /// This ledger's random id (hex), made when it was created: a follower notices when a
     /// different ledger answers at its leader's address. Not a secret; never replicated.
     public let id: String
+    /// The cluster's shard log, when this ledger is a cluster node's replica.
+    let cluster = ClusterBinding()
     /// Sync sessions issued but not yet counted on disk, by pool.
     let pendingSessions = PendingSessions()
     /// zstd dictionaries read so far, by id.
@@ -156,7 +162,12 @@ public final class Ledger: Sendable {
         self.schema = schema
         self.options = options
         self.secrets = secrets
-        self.tokenKey = try secrets.tokenKey()
+        if let shared = options.tokenKey {
+            guard shared.count == 32 else { throw LedgerError(.invalidParameter, "a shared token key has 32 bytes, not \(shared.count)") }
+            self.tokenKey = SymmetricKey(data: shared)
+        } else {
+            self.tokenKey = try secrets.tokenKey()
+        }
         self.id = ledgerID
         // In durable mode a group waits up to 1 ms for the previous group's callers to return:
         // an fsync costs about that much, so fuller groups mean fewer fsyncs per write.
@@ -388,8 +399,16 @@ public final class Ledger: Sendable {
         try view.flush()
     }
 
-    /// Runs `body` on the writer as one caller of a group commit.
+    /// Runs `body` on the writer as one caller of a group commit. In cluster mode (see
+    /// ``bindCluster(_:)``), entries it appends reach this ledger only through their shard's log.
     func write<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        if let log = cluster.current { return try await clusterWrite(log, body) }
+        return try await writer.perform(body)
+    }
+
+    /// Runs `body` on the writer, committed here alone even in cluster mode: for what arrives
+    /// from a shard's log, and for changes that are no log entries.
+    func writeLocal<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
         try await writer.perform(body)
     }
 }

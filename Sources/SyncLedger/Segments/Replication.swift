@@ -116,7 +116,7 @@ extension Ledger {
 
     /// A stored log value (`stream id ‖ hash ‖ body`) as a segment entry, passed through
     /// without decoding the body: only its offset is read.
-    private func segmentEntry(_ stored: [UInt8], sequence: UInt64, stream: StreamName, previous: (UInt64) throws -> [UInt8]) throws -> Segment.Entry {
+    func segmentEntry(_ stored: [UInt8], sequence: UInt64, stream: StreamName, previous: (UInt64) throws -> [UInt8]) throws -> Segment.Entry {
         let offset: UInt64
         do {
             var reader = ByteReader(stored, position: 40)

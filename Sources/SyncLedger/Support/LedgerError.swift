@@ -9,6 +9,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
             case corruptData, unsupportedFormat, diskFull, storage, closed, duplicateRequest, alreadyStreamed, wrongLedger
             case idempotencyConflict, expired, notAuthorized, alreadyRegistered
             case hookTimeout, hookThrottled, hookInvalidOutput
+            case unavailable
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -54,6 +55,9 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public static let hookThrottled = Code(.hookThrottled)
         /// The pool's SyncTrigger hook answered something unusable (Cognito's `InvalidLambdaFunctionOutputException`).
         public static let hookInvalidOutput = Code(.hookInvalidOutput)
+        /// In cluster mode: the shard's replicated log or its owner could not be reached in
+        /// time, or this node no longer owns the shard. Nothing was acknowledged; retry.
+        public static let unavailable = Code(.unavailable)
 
         public var description: String { base.rawValue }
     }
