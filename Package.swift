@@ -58,12 +58,24 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // A NATS client on SwiftNIO: core protocol, reconnect, request/reply, JetStream, KV
+        // (docs/nats.md). Cluster mode commits each shard's log to JetStream through it.
+        .target(
+            name: "NATS",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The Cognito Sync REST API over the ledger: routes, SigV4, wire shapes, errors, metrics.
         .target(
             name: "SyncLedgerServer",
             dependencies: [
                 "SyncLedger",
                 "LedgerStorage",
+                "NATS",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
@@ -104,6 +116,7 @@ let package = Package(
                 "LedgerStorage",
                 "SyncLedgerServer",
                 "SyncLedgerClient",
+                "NATS",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -176,6 +189,12 @@ let package = Package(
             name: "SyncLedgerTests",
             dependencies: ["SyncLedger", "LedgerStorage", "SyncLedgerTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "_CryptoExtras", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        // The NATS client against real nats-server processes (a single server and a 3-node cluster).
+        .testTarget(
+            name: "NATSTests",
+            dependencies: ["NATS", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,58 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SyncLedger
+
+/// Forwards a request to the node that owns its shard: the request exactly as it arrived —
+/// method, path, query, headers (its SigV4 signature and Host among them) and body — so the
+/// owner authenticates and runs it as if the caller had sent it there. A forwarded request
+/// carries `x-syncledger-forwarded`, and is never forwarded again.
+struct ClusterForwarder: Sendable {
+    static let header = "x-syncledger-forwarded"
+    /// Headers that belong to one hop.
+    private static let hopHeaders: Set<String> = ["connection", "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-connection", "content-length", header]
+
+    let client: HTTPClient
+    let nodeID: String
+    let timeout: Duration
+
+    init(nodeID: String, timeout: Duration = .seconds(30)) {
+        var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(2), read: .seconds(30)))
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+        configuration.decompression = .disabled
+        configuration.redirectConfiguration = .disallow
+        self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        self.nodeID = nodeID
+        self.timeout = timeout
+    }
+
+    /// The owner's answer to `request`, or 503 when the owner cannot be reached.
+    func forward(_ request: WireRequest, to owner: LeaseHolder, shard: Int) async -> WireResponse {
+        let base = owner.url.hasSuffix("/") ? String(owner.url.dropLast()) : owner.url
+        var outgoing = HTTPClientRequest(url: base + request.rawPath + (request.rawQuery.map { "?" + $0 } ?? ""))
+        outgoing.method = HTTPMethod(rawValue: request.method)
+        for (name, value) in request.headers where !Self.hopHeaders.contains(name.lowercased()) {
+            outgoing.headers.add(name: name, value: value)
+        }
+        outgoing.headers.add(name: Self.header, value: nodeID)
+        outgoing.body = .bytes(ByteBuffer(bytes: request.body))
+        do {
+            let response = try await client.execute(outgoing, timeout: .seconds(Int64(timeout.components.seconds)))
+            let body = try await response.body.collect(upTo: 64 << 20)
+            var headers: [(String, String)] = []
+            for header in response.headers where !Self.hopHeaders.contains(header.name.lowercased()) {
+                headers.append((header.name.lowercased(), header.value))
+            }
+            headers.append(("x-syncledger-node", owner.node))
+            return WireResponse(status: Int(response.status.code), headers: headers, body: Array(body.readableBytesView))
+        } catch {
+            return .error(WireError(type: "ServiceUnavailableException", status: 503,
+                                    message: "shard \(shard) is owned by node \(owner.node), which did not answer (\(error)); nothing was written here, retry"))
+        }
+    }
+
+    func shutdown() async {
+        try? await client.shutdown()
+    }
+}

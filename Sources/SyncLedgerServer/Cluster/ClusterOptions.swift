@@ -1,0 +1,55 @@
+import SyncLedger
+
+/// How a node joins a cluster (`syncledger serve --cluster nats://HOST:PORT[,…]`).
+public struct ClusterOptions: Sendable {
+    /// The nats-servers of the JetStream cluster, tried in turn.
+    public var servers: [String]
+    /// Shards of the cluster; fixed when the cluster is created (the first node stores it and
+    /// every later node must name the same count).
+    public var shards: Int = 64
+    /// Replicas of each shard's JetStream stream (3 on a production cluster).
+    public var replicas: Int = 3
+    /// How long a shard's lease lasts without renewal; the owner renews it every third of this.
+    public var leaseTime: Duration = .seconds(6)
+    /// This node's name, unique in the cluster.
+    public var nodeID: String
+    /// Where the other nodes reach this node's HTTP API, to forward writes of the shards it owns.
+    public var nodeURL: String
+    /// How long an append waits for the log, retries included, before it answers unavailable.
+    public var appendTimeout: Duration = .seconds(10)
+
+    /// Options for a node `nodeID` reachable at `nodeURL`.
+    public init(servers: [String], nodeID: String, nodeURL: String) {
+        self.servers = servers
+        self.nodeID = nodeID
+        self.nodeURL = nodeURL
+    }
+}
+
+/// The names a cluster uses in NATS.
+enum ClusterNames {
+    /// The JetStream stream holding shard `n`'s log.
+    static func stream(_ shard: Int) -> String { "SYNCLEDGER_SHARD_\(shard)" }
+    /// The subject shard `n`'s messages are published on.
+    static func subject(_ shard: Int) -> String { "syncledger.shard.\(shard)" }
+    /// The KV bucket of shard leases and live nodes.
+    static let leases = "syncledger_leases"
+    /// The KV bucket of the cluster's fixed settings (the shard count).
+    static let settings = "syncledger_cluster"
+    /// The lease key of shard `n`.
+    static func lease(_ shard: Int) -> String { "shard.\(shard)" }
+    /// A node's presence key.
+    static func node(_ id: String) -> String { "node.\(id)" }
+    /// The header naming what a shard message carries: ``entriesKind`` or ``fenceKind``.
+    static let kindHeader = "SyncLedger-Kind"
+    static let entriesKind = "entries"
+    static let fenceKind = "fence"
+}
+
+/// Who holds a shard's lease, as stored in the lease bucket.
+struct LeaseHolder: Codable, Sendable, Equatable {
+    /// The node's id.
+    var node: String
+    /// Its HTTP API.
+    var url: String
+}

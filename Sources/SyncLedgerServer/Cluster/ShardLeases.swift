@@ -1,0 +1,130 @@
+import Foundation
+import Logging
+import NATS
+import SyncLedger
+
+/// Who owns which shard. Each shard has a lease in the `syncledger_leases` KV bucket, whose
+/// entries expire after ``ClusterOptions/leaseTime`` (the bucket's max age); the owner renews
+/// its leases every third of that by compare-and-set on the entry's revision, and a node that
+/// finds a shard's lease gone takes it by creating the entry.
+///
+/// A lease says who *should* write; what makes two writers impossible is the shard stream's
+/// expected-last-sequence check. A new owner catches up with the stream and then publishes a
+/// fence message after its last message; any write an old owner prepared before that fails the
+/// check, and the old owner, applying the fence from the stream, learns it was fenced.
+final class ShardLeases: Sendable {
+    let options: ClusterOptions
+    let shards: ShardMap
+    let ledger: Ledger
+    let jetStream: JetStreamContext
+    let bucket: KeyValue
+    let ownership: ShardOwnership
+    let log: JetStreamShardLog
+    let logger: Logger
+
+    init(options: ClusterOptions, shards: ShardMap, ledger: Ledger, jetStream: JetStreamContext, bucket: KeyValue,
+         ownership: ShardOwnership, log: JetStreamShardLog, logger: Logger) {
+        self.options = options
+        self.shards = shards
+        self.ledger = ledger
+        self.jetStream = jetStream
+        self.bucket = bucket
+        self.ownership = ownership
+        self.log = log
+        self.logger = logger
+    }
+
+    private var holderValue: [UInt8] {
+        Array((try? JSONEncoder().encode(LeaseHolder(node: options.nodeID, url: options.nodeURL))) ?? Data())
+    }
+
+    /// Renews, takes and hands back leases until cancelled.
+    func run() async {
+        let period = options.leaseTime / 3
+        while !Task.isCancelled {
+            await renew()
+            await balance()
+            try? await Task.sleep(for: period)
+        }
+    }
+
+    /// Renews every lease held; drops those that another node took or that ran out.
+    func renew() async {
+        for shard in ownership.shards {
+            guard let owned = ownership.get(shard) else { continue }
+            let sent = ContinuousClock.now
+            do {
+                let revision = try await bucket.update(ClusterNames.lease(shard), holderValue, lastRevision: owned.revision)
+                // Only extend a lease that is still ours: a fence from another node may have
+                // dropped it meanwhile.
+                if ownership.get(shard) != nil {
+                    ownership.set(shard, .init(revision: revision, validUntil: sent + validity))
+                }
+            } catch {
+                if ContinuousClock.now >= owned.validUntil || isWrongRevision(error) {
+                    ownership.set(shard, nil)
+                    logger.warning("lost a shard's lease", metadata: ["shard": "\(shard)", "error": "\(error)"])
+                }
+            }
+        }
+    }
+
+    /// How long a lease surely stays ours after the request that made or renewed it was sent:
+    /// the bucket's max age, less a sixth for the servers' expiry timer.
+    private var validity: Duration { options.leaseTime - options.leaseTime / 6 }
+
+    private func isWrongRevision(_ error: any Error) -> Bool {
+        (error as? JetStreamAPIError)?.isWrongLastSequence ?? false
+    }
+
+    /// Takes free shards up to this node's share (shards ÷ live nodes, rounded up), and hands
+    /// one back per round while it holds more than its share.
+    func balance() async {
+        do {
+            _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(options.nodeURL.utf8))
+            let nodes = max(1, try await bucket.keys().filter { $0.hasPrefix("node.") }.count)
+            let share = (shards.count + nodes - 1) / nodes
+            let held = ownership.shards
+            if held.count > share, let shard = held.last, let owned = ownership.get(shard) {
+                ownership.set(shard, nil)
+                _ = try? await bucket.delete(ClusterNames.lease(shard), lastRevision: owned.revision)
+                logger.info("handed back a shard", metadata: ["shard": "\(shard)", "share": "\(share)"])
+                return
+            }
+            var wanted = share - held.count
+            guard wanted > 0 else { return }
+            for shard in (0..<shards.count).shuffled() where ownership.get(shard) == nil {
+                guard wanted > 0, !Task.isCancelled else { break }
+                if let entry = try await bucket.get(ClusterNames.lease(shard)) { _ = entry; continue }
+                let sent = ContinuousClock.now
+                guard let revision = try? await bucket.create(ClusterNames.lease(shard), holderValue) else { continue }
+                if try await takeOver(shard, revision: revision, sent: sent) { wanted -= 1 }
+            }
+        } catch {
+            logger.warning("shard lease round failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Catches up with shard `n`'s stream and fences it; returns whether this node now owns it.
+    private func takeOver(_ shard: Int, revision: UInt64, sent: ContinuousClock.Instant) async throws -> Bool {
+        var fence = NATSHeaders()
+        fence[ClusterNames.kindHeader] = ClusterNames.fenceKind
+        for _ in 0..<5 {
+            guard ContinuousClock.now < sent + validity else { return false }
+            let last = try await log.lastSequence(shard)
+            guard try await ledger.waitForShard(shard, atLeast: last, timeout: options.leaseTime) else { continue }
+            do {
+                let ack = try await jetStream.publish(ClusterNames.subject(shard), payload: holderValue, headers: fence,
+                                                      messageID: "f-\(options.nodeID)-\(shard)-\(revision)", expectedLastSequence: last,
+                                                      expectedStream: ClusterNames.stream(shard), timeout: .seconds(2))
+                guard try await ledger.waitForShard(shard, atLeast: ack.sequence, timeout: options.leaseTime) else { return false }
+                ownership.set(shard, .init(revision: revision, validUntil: sent + validity))
+                logger.info("took a shard", metadata: ["shard": "\(shard)", "fence": "\(ack.sequence)"])
+                return true
+            } catch let error as JetStreamAPIError where error.isWrongLastSequence {
+                continue  // the old owner still wrote: catch up again
+            }
+        }
+        return false
+    }
+}
