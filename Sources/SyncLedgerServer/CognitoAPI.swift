@@ -8,6 +8,8 @@ struct WireResponse: Sendable {
     var status: Int
     var headers: [(String, String)] = []
     var body: [UInt8]
+    /// In cluster mode: the request belongs to a shard another node owns; forward it there.
+    var forward: ShardOwnedElsewhere? = nil
 
     static func json(_ writer: JSONWriter) -> WireResponse {
         WireResponse(status: 200, headers: [("content-type", "application/json")], body: writer.bytes)
@@ -31,6 +33,8 @@ struct CognitoAPI: Sendable {
     var logger = Logger(label: "syncledger")
     /// Push delivery, when it runs here (for `POST /devices/notify`).
     var push: PushService? = nil
+    /// This node, in cluster mode.
+    var cluster: ClusterNode? = nil
 
     /// Handles one request; never throws — every failure is a wire error response, and every
     /// response carries an `x-amzn-RequestId`. An internal error (500) says only that, with the
@@ -43,6 +47,11 @@ struct CognitoAPI: Sendable {
         var response: WireResponse
         do {
             response = try await route(request, operation: &operation, identity: &identity)
+        } catch let elsewhere as ShardOwnedElsewhere {
+            let owner = elsewhere.owner.map { "node \($0.node)" } ?? "no node yet (its lease is being taken over)"
+            response = .error(WireError(type: "ServiceUnavailableException", status: 503,
+                                        message: "this write belongs to shard \(elsewhere.shard), owned by \(owner); nothing was written, retry"))
+            response.forward = elsewhere
         } catch {
             var wire = WireError(any: error)
             if wire.status >= 500 {
@@ -82,6 +91,10 @@ struct CognitoAPI: Sendable {
             let (response, name, who) = try await handleSegments(segments, query: query, request: request, credential: credential)
             (operation, identity) = (name, who)
             return response
+        }
+        if segments == ["cluster", "status"] {
+            operation = "ClusterStatus"
+            return try await handleClusterStatus(request, query: query)
         }
         if segments.first == "admin" {
             let isUI = segments.count > 1 && segments[1] == "ui"

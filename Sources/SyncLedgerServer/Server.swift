@@ -79,6 +79,8 @@ public struct ServerConfiguration: Sendable {
     public var followDigestKey: String?
     /// The least time between two checks of the leader's signed digest.
     public var followDigestInterval: Duration = .seconds(60)
+    /// Cluster mode (`--cluster`): the JetStream cluster, shards and this node's name.
+    public var cluster: ClusterOptions?
     /// Push delivery: on unless turned off; a follower never delivers (its leader does).
     public var push = PushOptions()
     /// The live event streams of `GET /events`: keep-alive interval and bounds.
@@ -123,6 +125,25 @@ public struct ServerConfiguration: Sendable {
             throw StartupError("--idempotency-retention-days must be at least 28 (a message may live four weeks), not \(idempotencyRetention.components.seconds / 86_400)")
         }
         try events.validate(maxConnections: maxConnections)
+        if let cluster { try validateCluster(cluster) }
+    }
+
+    private func validateCluster(_ cluster: ClusterOptions) throws {
+        if follow != nil { throw StartupError("--cluster and --follow exclude each other: every node of a cluster is a replica of the shards' streams") }
+        guard !cluster.servers.isEmpty else { throw StartupError("--cluster needs at least one nats://HOST:PORT") }
+        for server in cluster.servers where !(server.hasPrefix("nats://") && server.count > 7 && !Self.hasUserInfo(server)) {
+            throw StartupError("--cluster \(server.prefix(200)): give nats://HOST:PORT (without a user name or password)")
+        }
+        guard (1...ShardMap.maxShards).contains(cluster.shards) else { throw StartupError("--shards must be 1 to \(ShardMap.maxShards), not \(cluster.shards)") }
+        guard (1...5).contains(cluster.replicas) else { throw StartupError("--cluster-replicas must be 1 to 5, not \(cluster.replicas)") }
+        guard cluster.leaseTime >= .seconds(1), cluster.leaseTime <= .seconds(300) else { throw StartupError("--lease-seconds must be 1 to 300") }
+        guard (1...64).contains(cluster.nodeID.utf8.count),
+              cluster.nodeID.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "-" || $0 == "_") }) else {
+            throw StartupError("--node-id must be 1-64 letters, digits, - or _, not \(cluster.nodeID.prefix(80))")
+        }
+        guard let id = adminAccessKeyID, let secret = adminSecretAccessKey, !id.isEmpty, !secret.isEmpty else {
+            throw StartupError("a cluster's nodes share the admin credential: set SYNCLEDGER_ACCESS_KEY_ID and SYNCLEDGER_SECRET_ACCESS_KEY, the same on every node")
+        }
     }
 
     /// Whether a URL's authority (after `scheme://`, up to the first `/`, `?` or `#`) has an
@@ -170,8 +191,23 @@ public enum SyncLedgerServer {
     private static func serve(_ configuration: ServerConfiguration, tls: TLSConfiguration?, leader client: LeaderClient?, logger: Logger) async throws {
         try await Startup.checkPortFree(host: configuration.host, port: configuration.port)
         let maxConnections = Startup.fitConnections(configuration.maxConnections) { logger.warning("\($0)") }
-        let ledger = try Ledger(directory: configuration.dataDirectory, options: configuration.ledger)
+        var ledgerOptions = configuration.ledger
+        if configuration.cluster != nil, let secret = configuration.adminSecretAccessKey {
+            // Session and paging tokens one node issues verify on every other.
+            ledgerOptions.tokenKey = ClusterNode.tokenKey(adminSecret: secret)
+        }
+        let ledger = try Ledger(directory: configuration.dataDirectory, options: ledgerOptions)
         defer { ledger.close() }
+        var joined: ClusterNode?
+        if let options = configuration.cluster {
+            do { joined = try await ClusterNode.start(options, ledger: ledger, logger: logger) } catch let error as StartupError { throw error } catch {
+                throw StartupError("cannot join the cluster at \(options.servers.joined(separator: ",")): \(error)")
+            }
+            logger.info("cluster node", metadata: ["node": "\(options.nodeID)", "shards": "\(options.shards)", "replicas": "\(options.replicas)"])
+            logger.notice("cluster mode: push delivery and Cognito streams do not run on cluster nodes yet (docs/cluster.md)")
+        }
+        let cluster = joined
+        let forwarder = cluster.map { ClusterForwarder(nodeID: $0.nodeID) }
         let (admin, configured) = try adminCredential(configuration, ledger)
         let configuredAdmin = configured ? admin : nil
         var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: configuredAdmin, regions: Set(configuration.regions)))
@@ -190,11 +226,12 @@ public enum SyncLedgerServer {
             api.followedLeader = client.url
             api.replication = status
         }
-        let push = try client == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
+        let push = try client == nil && cluster == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
         defer { if let push { Self.stopPush(push) } }
         api.push = push?.service
+        api.cluster = cluster
         // Cognito Streams: a leader delivers them; a follower's leader does.
-        let streams = try client == nil ? StreamService(ledger: ledger, logger: logger, bulkPublish: configuration.bulkPublish) : nil
+        let streams = try client == nil && cluster == nil ? StreamService(ledger: ledger, logger: logger, bulkPublish: configuration.bulkPublish) : nil
         defer { streams?.shutdown() }
         let scheme = tls == nil ? "http" : "https"
         let configuredURL = configuration.publicURL.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
@@ -216,7 +253,8 @@ public enum SyncLedgerServer {
         let handler = RequestHandler(
             api: api, events: events,
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication),
-            transport: shared, ledger: ledger, push: push?.service, streams: streams, maxBodyBytes: configuration.maxBodyBytes, logger: logger)
+            transport: shared, ledger: ledger, push: push?.service, streams: streams, maxBodyBytes: configuration.maxBodyBytes, logger: logger,
+            forwarder: forwarder, cluster: cluster)
         let onListening = configuration.onListening
         let host = configuration.host
         let listening = Atomic<Bool>(false)
@@ -232,6 +270,7 @@ public enum SyncLedgerServer {
                     "max_connections": "\(maxConnections)",
                 ])
                 if configuredURL == nil { streams?.publicURL.withLock { $0 = listeningURL(port) } }
+                if configuredURL == nil { cluster?.setURL(listeningURL(port)) }
                 onListening(port)
             },
             logger: logger)
@@ -267,6 +306,8 @@ public enum SyncLedgerServer {
             await streaming?.value
             eventHub.cancel()
             await eventHub.value
+            await cluster?.stop()
+            await forwarder?.shutdown()
             throw listening.load(ordering: .acquiring) ? error : Startup.describeBindError(error, host: configuration.host, port: configuration.port)
         }
         replication?.cancel()
@@ -277,6 +318,8 @@ public enum SyncLedgerServer {
         await streaming?.value
         eventHub.cancel()
         await eventHub.value
+        await cluster?.stop()
+        await forwarder?.shutdown()
         logger.info("stopped; closing the ledger")
     }
 

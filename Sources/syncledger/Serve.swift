@@ -29,6 +29,11 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds the leader may hold a follower's pull that finds nothing new (0-30).") var followWait = 20.0
     @Option(help: "The leader's digest public key (a file, as `syncledger digest --public-key` prints it on the leader): check the leader's signed digests against this replica.") var followDigestKey: String?
     @Option(help: "Seconds between two checks of the leader's signed digest (0-86400).") var followDigestInterval = 60.0
+    @Option(help: "Run as a node of a cluster: the nats-servers of its JetStream cluster, nats://HOST:PORT[,…]. Writes are committed to their shard's replicated stream before they are acknowledged. Every node needs the same SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY. See docs/cluster.md.") var cluster: String?
+    @Option(help: "Shards of the cluster (1-4096), fixed when it is created: every node names the same count.") var shards = 64
+    @Option(help: "Replicas of each shard's JetStream stream and of the cluster's KV buckets (1-5).") var clusterReplicas = 3
+    @Option(help: "This node's name in the cluster, unique among its nodes (letters, digits, - and _; default: the host name and port).") var nodeId: String?
+    @Option(help: "Seconds a shard's lease lasts without renewal (1-300): how soon another node takes the shards of a node that died.") var leaseSeconds = 6.0
     @Flag(help: "Do not deliver push notifications (the outbox is not touched; a follower never delivers).") var noPush = false
     @Option(help: "APNs production base URL (env SYNCLEDGER_APNS_URL; default https://api.push.apple.com).") var apnsUrl: String?
     @Option(help: "APNs sandbox base URL (env SYNCLEDGER_APNS_SANDBOX_URL; default https://api.sandbox.push.apple.com).") var apnsSandboxUrl: String?
@@ -93,9 +98,24 @@ struct Serve: AsyncParsableCommand {
         config.push.policy.maxAttempts = pushMaxAttempts
         config.push.policy.initialBackoff = Self.duration(pushBackoff)
         config.push.policy.maxBackoff = Self.duration(pushMaxBackoff)
+        if let cluster {
+            let servers = cluster.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            var options = ClusterOptions(servers: servers, nodeID: nodeId ?? Self.defaultNodeID(port: port),
+                                         nodeURL: publicUrl)
+            options.shards = shards
+            options.replicas = clusterReplicas
+            options.leaseTime = Self.duration(leaseSeconds)
+            config.cluster = options
+        }
         config.adminAccessKeyID = environment["SYNCLEDGER_ACCESS_KEY_ID"]
         config.adminSecretAccessKey = environment["SYNCLEDGER_SECRET_ACCESS_KEY"]
         return config
+    }
+
+    /// The host name (characters other than letters, digits, - and _ as -) and the port.
+    private static func defaultNodeID(port: Int) -> String {
+        let host = String(ProcessInfo.processInfo.hostName.prefix(48).map { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") ? $0 : "-" })
+        return "\(host)-\(port)"
     }
 
     /// Seconds as a Duration (milliseconds kept; NaN, infinite or negative values become

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 public import Logging
 import NATS
@@ -100,9 +101,23 @@ public final class ClusterNode: Sendable {
         await client.close()
     }
 
+    /// The key that signs session and paging tokens on every node of a cluster: HKDF-SHA256 of
+    /// the shared admin secret (which never leaves the nodes).
+    public static func tokenKey(adminSecret: String) -> [UInt8] {
+        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(adminSecret.utf8)), salt: Array("syncledger-cluster".utf8),
+                                         info: Array("session-and-paging-tokens".utf8), outputByteCount: 32)
+        return key.withUnsafeBytes { Array($0) }
+    }
+
+    /// Sets this node's HTTP API address, once it listens (when no `--public-url` named it).
+    public func setURL(_ url: String) { leases.url.withLock { $0 = $0 ?? url } }
+
+    /// This node's id.
+    public var nodeID: String { options.nodeID }
+
     /// The owner of `shard` as this node knows it: itself, or the lease's holder.
     func owner(of shard: Int) async -> LeaseHolder? {
-        if ownership.owns(shard) { return LeaseHolder(node: options.nodeID, url: options.nodeURL) }
+        if ownership.owns(shard) { return LeaseHolder(node: options.nodeID, url: leases.url.withLock { $0 } ?? "") }
         return try? await log.holder(of: shard)
     }
 

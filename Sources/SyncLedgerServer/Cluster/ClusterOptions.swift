@@ -13,13 +13,14 @@ public struct ClusterOptions: Sendable {
     public var leaseTime: Duration = .seconds(6)
     /// This node's name, unique in the cluster.
     public var nodeID: String
-    /// Where the other nodes reach this node's HTTP API, to forward writes of the shards it owns.
-    public var nodeURL: String
+    /// Where the other nodes reach this node's HTTP API, to forward writes of the shards it
+    /// owns (`serve --public-url`); nil: the listening address, once it is known.
+    public var nodeURL: String?
     /// How long an append waits for the log, retries included, before it answers unavailable.
     public var appendTimeout: Duration = .seconds(10)
 
     /// Options for a node `nodeID` reachable at `nodeURL`.
-    public init(servers: [String], nodeID: String, nodeURL: String) {
+    public init(servers: [String], nodeID: String, nodeURL: String? = nil) {
         self.servers = servers
         self.nodeID = nodeID
         self.nodeURL = nodeURL

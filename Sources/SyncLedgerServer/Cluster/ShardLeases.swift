@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NATS
+import Synchronization
 import SyncLedger
 
 /// Who owns which shard. Each shard has a lease in the `syncledger_leases` KV bucket, whose
@@ -21,6 +22,8 @@ final class ShardLeases: Sendable {
     let ownership: ShardOwnership
     let log: JetStreamShardLog
     let logger: Logger
+    /// This node's HTTP API, once known (the listening address may be learnt after start).
+    let url: Mutex<String?>
 
     init(options: ClusterOptions, shards: ShardMap, ledger: Ledger, jetStream: JetStreamContext, bucket: KeyValue,
          ownership: ShardOwnership, log: JetStreamShardLog, logger: Logger) {
@@ -32,10 +35,11 @@ final class ShardLeases: Sendable {
         self.ownership = ownership
         self.log = log
         self.logger = logger
+        self.url = Mutex(options.nodeURL)
     }
 
     private var holderValue: [UInt8] {
-        Array((try? JSONEncoder().encode(LeaseHolder(node: options.nodeID, url: options.nodeURL))) ?? Data())
+        Array((try? JSONEncoder().encode(LeaseHolder(node: options.nodeID, url: url.withLock { $0 } ?? ""))) ?? Data())
     }
 
     /// Renews, takes and hands back leases until cancelled.
@@ -80,8 +84,10 @@ final class ShardLeases: Sendable {
     /// Takes free shards up to this node's share (shards ÷ live nodes, rounded up), and hands
     /// one back per round while it holds more than its share.
     func balance() async {
+        // Another node forwards to the lease holder's URL: take nothing before it is known.
+        guard let nodeURL = url.withLock({ $0 }) else { return }
         do {
-            _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(options.nodeURL.utf8))
+            _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(nodeURL.utf8))
             let nodes = max(1, try await bucket.keys().filter { $0.hasPrefix("node.") }.count)
             let share = (shards.count + nodes - 1) / nodes
             let held = ownership.shards

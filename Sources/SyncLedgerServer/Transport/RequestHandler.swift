@@ -19,6 +19,10 @@ struct RequestHandler: Sendable {
     var streams: StreamService? = nil
     let maxBodyBytes: Int
     let logger: Logger
+    /// In cluster mode: forwards writes of shards another node owns to that node.
+    var forwarder: ClusterForwarder? = nil
+    /// In cluster mode: this node (for `/metrics` and `GET /cluster/status`).
+    var cluster: ClusterNode? = nil
 
     func respond(_ request: Request, channel: any Channel) async -> Response {
         let start = ContinuousClock.now
@@ -49,7 +53,7 @@ struct RequestHandler: Sendable {
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
         }
         var request = request
-        let wire: WireResponse
+        var wire: WireResponse
         var operation = "Unknown"
         var identity: String?
         do {
@@ -66,6 +70,13 @@ struct RequestHandler: Sendable {
             (wire, operation, identity) = path == HistoryPage.path
                 ? await api.handleHistoryPage(wireRequest)
                 : await api.handle(wireRequest)
+            // A write of a shard another node owns goes there, once: a forwarded request that
+            // finds the owner moved again answers 503 rather than travel on.
+            if let elsewhere = wire.forward, let forwarder, let owner = elsewhere.owner,
+               wireRequest.header(ClusterForwarder.header) == nil {
+                wire = await forwarder.forward(wireRequest, to: owner, shard: elsewhere.shard)
+                operation += ".Forwarded"
+            }
         } catch let cut as RequestCut {
             // The transport refused this request mid-body and answers it itself; this answer is dropped.
             wire = .error(WireError(type: "InvalidParameterException", status: 400, message: cut.description))
