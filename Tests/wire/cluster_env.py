@@ -19,6 +19,7 @@ class ClusterBed:
         self.nats = nats
         self.shards = shards
         self.lease_seconds = lease_seconds
+        self.paused = set()
         self.nodes = [self.start_node(i) for i in range(nodes)]
 
     def args(self, i):
@@ -38,7 +39,23 @@ class ClusterBed:
         return r.json()
 
     def live(self):
-        return [n for n in self.nodes if n.process.poll() is None]
+        """The nodes running and not paused."""
+        return [n for i, n in enumerate(self.nodes) if n.process.poll() is None and i not in self.paused]
+
+    def kill(self, i):
+        self.nodes[i].process.send_signal(signal.SIGKILL)
+        self.nodes[i].process.wait(timeout=10)
+
+    def pause(self, i):
+        self.paused.add(i)
+        self.nodes[i].process.send_signal(signal.SIGSTOP)
+
+    def resume(self, i):
+        self.nodes[i].process.send_signal(signal.SIGCONT)
+        self.paused.discard(i)
+
+    def index_of(self, node):
+        return self.nodes.index(node)
 
     def wait_owned(self, timeout=60):
         """Until every shard has exactly one owner among the live nodes, as each of them says."""

@@ -189,6 +189,12 @@ class Server:
             aws_access_key_id=key, aws_secret_access_key=secret, aws_session_token=token,
             config=_NO_RETRY)
 
+    def client_with(self, config, key=ADMIN_KEY, secret=ADMIN_SECRET):
+        """A boto3 cognito-sync client for this server with a botocore `config` of the test's."""
+        return boto3.session.Session().client(
+            SERVICE, endpoint_url=self.url, region_name=REGION,
+            aws_access_key_id=key, aws_secret_access_key=secret, config=config)
+
     def client_for(self, cred):
         return self.client(cred["AccessKeyId"], cred["SecretAccessKey"], cred.get("SessionToken"))
 

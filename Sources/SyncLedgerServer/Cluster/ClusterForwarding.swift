@@ -17,8 +17,8 @@ struct ClusterForwarder: Sendable {
     let nodeID: String
     let timeout: Duration
 
-    init(nodeID: String, timeout: Duration = .seconds(30)) {
-        var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(2), read: .seconds(30)))
+    init(nodeID: String, timeout: Duration = .seconds(15)) {
+        var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(2), read: .seconds(15)))
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         configuration.decompression = .disabled
         configuration.redirectConfiguration = .disallow
@@ -47,8 +47,10 @@ struct ClusterForwarder: Sendable {
             headers.append(("x-syncledger-node", owner.node))
             return WireResponse(status: Int(response.status.code), headers: headers, body: Array(body.readableBytesView))
         } catch {
+            // The owner may have applied it before its answer was lost: the caller reads before
+            // it retries, as after any timeout (a retry with stale sync counts gets a conflict).
             return .error(WireError(type: "ServiceUnavailableException", status: 503,
-                                    message: "shard \(shard) is owned by node \(owner.node), which did not answer (\(error)); nothing was written here, retry"))
+                                    message: "shard \(shard) is owned by node \(owner.node), whose answer did not arrive (\(error)); the write may or may not have been applied there"))
         }
     }
 

@@ -53,7 +53,7 @@ public final class ClusterNode: Sendable {
             }
             let ownership = ShardOwnership()
             let counters = ShardCounters()
-            let log = JetStreamShardLog(shards: shards, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters, timeout: options.appendTimeout)
+            let log = JetStreamShardLog(shards: shards, nodeID: options.nodeID, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters, timeout: options.appendTimeout)
             let node = ClusterNode(
                 options: options, shards: shards, client: client, jetStream: jetStream, ownership: ownership, counters: counters, log: log,
                 leases: ShardLeases(options: options, shards: shards, ledger: ledger, jetStream: jetStream, bucket: bucket, ownership: ownership, log: log, logger: logger),

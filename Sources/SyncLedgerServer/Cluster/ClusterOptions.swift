@@ -44,6 +44,8 @@ enum ClusterNames {
     /// The header naming what a shard message carries: ``entriesKind`` or ``fenceKind``.
     static let kindHeader = "SyncLedger-Kind"
     static let entriesKind = "entries"
+    /// The header naming the node that published a message.
+    static let nodeHeader = "SyncLedger-Node"
     static let fenceKind = "fence"
 }
 

@@ -59,9 +59,11 @@ final class JetStreamShardLog: ShardLog {
     private let leases: KeyValue
     private let counters: ShardCounters
     private let timeout: Duration
+    private let nodeID: String
 
-    init(shards: ShardMap, jetStream: JetStreamContext, leases: KeyValue, ownership: ShardOwnership, counters: ShardCounters, timeout: Duration) {
+    init(shards: ShardMap, nodeID: String, jetStream: JetStreamContext, leases: KeyValue, ownership: ShardOwnership, counters: ShardCounters, timeout: Duration) {
         self.shards = shards
+        self.nodeID = nodeID
         self.jetStream = jetStream
         self.leases = leases
         self.ownership = ownership
@@ -76,6 +78,7 @@ final class JetStreamShardLog: ShardLog {
         let payload = try segment.encoded()
         var headers = NATSHeaders()
         headers[ClusterNames.kindHeader] = ClusterNames.entriesKind
+        headers[ClusterNames.nodeHeader] = nodeID  // who wrote it, for operators and audits
         // The same prepared write always has the same id; two different writes never do (the
         // last entry's hash chains to everything before it in its stream).
         let messageID = "e-" + (segment.entries.last?.hash ?? []).map { String(format: "%02x", $0) }.joined()
