@@ -12,7 +12,18 @@ extension CognitoAPI {
         let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 1024)
         let (next, session) = (queryValue(query, "nextToken"), queryValue(query, "syncSessionToken"))
         let ledger = self.ledger
-        let page = try await offPool { try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
+        var page = try await offPool { try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
+        // A cluster node answers from its replica once the replica has what the caller has seen:
+        // a caller ahead of it (it wrote through another node) waits for the shard's log, or goes
+        // to the shard's owner.
+        if let cluster, UInt64(after) > page.datasetSyncCount {
+            if try await cluster.catchUp(with: s, ledger: ledger, timeout: .seconds(2)) {
+                page = try await offPool { try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
+            } else {
+                let shard = cluster.shards.shard(of: s)
+                throw ShardOwnedElsewhere(shard: shard, owner: await cluster.owner(of: shard))
+            }
+        }
         var w = JSONWriter(capacity: 256 + page.records.count * 128)
         w.beginObject()
         w.key("Records"); w.beginArray()

@@ -28,7 +28,7 @@ struct SyncLedgerCommand: AsyncParsableCommand {
             Serve.self, Credentials.self, Put.self, Get.self, Remove.self, Log.self, History.self, Replay.self,
             Verify.self, RebuildViews.self, Export.self, Import.self, Dict.self, Push.self, Devices.self, Messages.self, Identities.self,
             ClientCommand.self, SyncTriggerCommands.self, Streams.self, Blame.self, Diff.self, Stats.self,
-            DigestCommand.self, ProofCommand.self, Redact.self, Compact.self, UIURL.self,
+            DigestCommand.self, ProofCommand.self, Redact.self, Compact.self, UIURL.self, ClusterCommand.self,
         ]
     )
 

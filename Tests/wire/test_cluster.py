@@ -47,3 +47,71 @@ def test_writes_through_any_node_reach_every_replica(bed):
             page = client.list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="notes")
             assert {r["Key"]: r["Value"] for r in page["Records"]} == {"a": f"v{i}", "b": "x"}
             assert page["DatasetSyncCount"] == 1
+
+
+def test_a_reader_ahead_of_a_replica_is_answered_once_the_replica_caught_up(bed):
+    pool = new_id()
+    for round in range(10):
+        identity = new_id()
+        writer, reader = bed.nodes[round % 3].client(), bed.nodes[(round + 1) % 3].client()
+        answer = put(writer, pool, identity, "fresh", {"k": f"v{round}"})
+        count = answer["Records"][0]["SyncCount"]
+        # Right away, on another node, asking for what came after the count it was told about:
+        # nothing new, and the dataset's count is the one the write reached.
+        page = reader.list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="fresh", LastSyncCount=count)
+        assert page["DatasetSyncCount"] == count, page
+        assert page["Records"] == []
+
+
+def test_cluster_status_is_admin_only_and_counts_every_write(bed):
+    pool, identity = new_id(), new_id()
+    put(bed.nodes[0].client(), pool, identity, "s", {"a": "1"})
+    status = bed.wait_converged()
+    assert {s["Node"] for s in status} == {"node0", "node1", "node2"}
+    assert len({s["HeadsDigest"] for s in status}) == 1
+    cred = bed.nodes[0].mint(pool, identity)
+    r = bed.nodes[0].raw("GET", "/cluster/status", key=cred["AccessKeyId"], secret=cred["SecretAccessKey"])
+    assert r.status_code == 403, r.text
+    r = bed.nodes[0].raw("GET", "/cluster/status", sign=False)
+    assert r.status_code == 403, r.text
+    metrics = bed.nodes[1].get("/metrics").text
+    assert 'syncledger_shard_owned{shard="0"}' in metrics
+    assert 'syncledger_shard_lag_messages{shard="7"} 0' in metrics
+
+
+def test_a_request_already_forwarded_is_not_forwarded_again(bed):
+    pool = new_id()
+    # An identity whose shard node1 does not own.
+    for _ in range(200):
+        identity = new_id()
+        statuses = {s["Shard"]: s for s in bed.status(bed.nodes[1])["Shards"]}
+        from cluster_load import shard_of
+        if not statuses[shard_of(pool, identity, bed.shards)]["OwnedHere"]:
+            break
+    body = {"RecordPatches": [{"Op": "replace", "Key": "k", "Value": "v", "SyncCount": 0}],
+            "SyncSessionToken": bed.nodes[1].client().list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="f")["SyncSessionToken"]}
+    path = f"/identitypools/{pool}/identities/{identity}/datasets/f"
+    r = bed.nodes[1].raw("POST", path, body=body, headers={"x-syncledger-forwarded": "someone"})
+    assert r.status_code == 503, r.text
+    assert r.headers["x-amzn-ErrorType"] == "ServiceUnavailableException"
+    assert "owned by node" in r.json()["message"]
+    # Without the header, the same request is forwarded to the owner and applied there.
+    r = bed.nodes[1].raw("POST", path, body=body)
+    assert r.status_code == 200, r.text
+    assert r.headers.get("x-syncledger-node") not in (None, "node1")
+
+
+def test_cluster_status_command_shows_owners_replicas_and_lag(bed):
+    import json as _json
+    import subprocess
+    from conftest import BINARY
+    out = subprocess.run([BINARY, "cluster", "status", "--cluster", bed.nats.urls, "--json"], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    report = _json.loads(out.stdout)
+    assert report["shardCount"] == bed.shards
+    assert set(report["nodes"]) == {"node0", "node1", "node2"}
+    assert all(s["owner"] in report["nodes"] for s in report["shards"])
+    assert all(len(s["replicas"]) == 3 for s in report["shards"])
+    assert all(set(s["lag"]) == {"node0", "node1", "node2"} for s in report["shards"])
+    out = subprocess.run([BINARY, "cluster", "status", "--cluster", bed.nats.urls], capture_output=True, timeout=60)
+    assert out.returncode == 0 and b"8 shards, 3 live node(s)" in out.stdout, out.stdout + out.stderr

@@ -30,27 +30,7 @@ public final class ClusterNode: Sendable {
         let client = try await NATSClient.connect(natsOptions)
         do {
             let jetStream = JetStreamContext(client: client)
-            let settings = try await keyValue(jetStream, ClusterNames.settings, replicas: options.replicas, ttl: nil)
-            do {
-                _ = try await settings.create("shards", Array("\(shards.count)".utf8))
-            } catch {
-                guard let stored = try await settings.get("shards"), let count = Int(String(decoding: stored.value, as: UTF8.self)) else { throw error }
-                guard count == shards.count else {
-                    throw StartupError("the cluster was created with \(count) shards; this node was started with --shards \(shards.count)")
-                }
-            }
-            let bucket = try await keyValue(jetStream, ClusterNames.leases, replicas: options.replicas, ttl: options.leaseTime)
-            for shard in 0..<shards.count where try await jetStream.streamInfo(ClusterNames.stream(shard)) == nil {
-                var config = StreamConfig(name: ClusterNames.stream(shard), subjects: [ClusterNames.subject(shard)])
-                config.storage = .file
-                config.numReplicas = options.replicas
-                config.duplicateWindow = .seconds(120)
-                config.denyDelete = true
-                config.denyPurge = true
-                config.allowDirect = true
-                config.maxMsgSize = 64 << 20
-                _ = try await jetStream.createStream(config)
-            }
+            let bucket = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime)
             let ownership = ShardOwnership()
             let counters = ShardCounters()
             let log = JetStreamShardLog(shards: shards, nodeID: options.nodeID, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters, timeout: options.appendTimeout)
@@ -85,11 +65,6 @@ public final class ClusterNode: Sendable {
         self.bucket = bucket
     }
 
-    private static func keyValue(_ jetStream: JetStreamContext, _ name: String, replicas: Int, ttl: Duration?) async throws -> KeyValue {
-        if let existing = try await jetStream.keyValue(bucket: name) { return existing }
-        return try await jetStream.createKeyValue(bucket: name, replicas: replicas, history: 1, ttl: ttl)
-    }
-
     /// Stops the tails and the lease loop (leases run out on their own) and disconnects.
     public func stop() async {
         let running = tasks.withLock { tasks in
@@ -119,6 +94,50 @@ public final class ClusterNode: Sendable {
     func owner(of shard: Int) async -> LeaseHolder? {
         if ownership.owns(shard) { return LeaseHolder(node: options.nodeID, url: leases.url.withLock { $0 } ?? "") }
         return try? await log.holder(of: shard)
+    }
+
+    /// Waits, for at most `timeout`, until shard `n` has an owner that can take writes: another
+    /// node holding its lease, or this node once its takeover finished. Nil when none did.
+    func waitForOwner(_ shard: Int, timeout: Duration) async -> LeaseHolder? {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            if ownership.owns(shard) { return LeaseHolder(node: options.nodeID, url: leases.url.withLock { $0 } ?? "") }
+            if let holder = try? await log.holder(of: shard), holder.node != options.nodeID { return holder }
+            guard ContinuousClock.now < deadline else { return nil }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    /// How long a shard may be without an owner when its owner died: a lease and a round.
+    var handoverTime: Duration { options.leaseTime + options.leaseTime / 3 + .seconds(1) }
+
+    /// Waits until this replica has applied every message its stream's shard held when asked.
+    /// - Returns: false when it did not within `timeout` (or the stream did not answer).
+    func catchUp(with stream: StreamName, ledger: Ledger, timeout: Duration) async throws -> Bool {
+        let shard = shards.shard(of: stream)
+        guard let last = try? await log.lastSequence(shard) else { return false }
+        return try await ledger.waitForShard(shard, atLeast: last, timeout: timeout)
+    }
+
+    /// Prometheus text: per shard, the stream's last sequence, what this replica applied, its
+    /// lag, whether this node owns it, and the appends, behind-refusals and retries it counted.
+    func renderMetrics(ledger: Ledger) async -> String {
+        let shards = await status(ledger: ledger)
+        var text = ""
+        func family(_ name: String, _ help: String, _ type: String = "gauge", _ value: (ShardStatus) -> UInt64?) {
+            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+            for shard in shards {
+                if let v = value(shard) { text += "\(name){shard=\"\(shard.shard)\"} \(v)\n" }
+            }
+        }
+        family("syncledger_shard_last_sequence", "The last message of the shard's stream.") { $0.lastSequence }
+        family("syncledger_shard_applied_sequence", "The last message of the shard's stream this replica applied.") { $0.applied }
+        family("syncledger_shard_lag_messages", "Messages of the shard's stream this replica has yet to apply.") { $0.lag }
+        family("syncledger_shard_owned", "1 when this node owns the shard.") { $0.ownedHere ? 1 : 0 }
+        family("syncledger_shard_appends_total", "Writes this node appended to the shard's stream.", "counter") { $0.appended }
+        family("syncledger_shard_behind_total", "Appends refused because the stream had moved on (caught up and prepared again).", "counter") { $0.behind }
+        family("syncledger_shard_publish_retries_total", "Publishes sent again after a timeout or a lost connection.", "counter") { $0.retried }
+        return text
     }
 
     /// Per shard: the stream's last sequence, this replica's checkpoint, the owner, and counts.

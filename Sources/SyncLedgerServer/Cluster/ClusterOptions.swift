@@ -56,3 +56,12 @@ struct LeaseHolder: Codable, Sendable, Equatable {
     /// Its HTTP API.
     var url: String
 }
+
+/// A live node as it announces itself in the lease bucket every lease round (the entry expires
+/// with the bucket's max age when the node stops): its HTTP API, the last message of each shard
+/// it applied, and the shards it owns.
+struct NodeRecord: Codable, Sendable, Equatable {
+    var url: String
+    var applied: [UInt64]
+    var owned: [Int]
+}

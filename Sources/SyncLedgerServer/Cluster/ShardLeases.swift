@@ -87,7 +87,8 @@ final class ShardLeases: Sendable {
         // Another node forwards to the lease holder's URL: take nothing before it is known.
         guard let nodeURL = url.withLock({ $0 }) else { return }
         do {
-            _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(nodeURL.utf8))
+            let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid)
+            _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(try JSONEncoder().encode(record)))
             let nodes = max(1, try await bucket.keys().filter { $0.hasPrefix("node.") }.count)
             let share = (shards.count + nodes - 1) / nodes
             let held = ownership.shards

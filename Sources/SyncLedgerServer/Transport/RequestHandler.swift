@@ -50,6 +50,7 @@ struct RequestHandler: Sendable {
                 + (push.map { $0.metrics.render(outbox: $0.outbox, ledger: ledger) } ?? "")
                 + (streams?.renderMetrics() ?? "")
                 + events.renderMetrics()
+                + (await cluster?.renderMetrics(ledger: ledger) ?? "")
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
         }
         var request = request
@@ -72,10 +73,17 @@ struct RequestHandler: Sendable {
                 : await api.handle(wireRequest)
             // A write of a shard another node owns goes there, once: a forwarded request that
             // finds the owner moved again answers 503 rather than travel on.
-            if let elsewhere = wire.forward, let forwarder, let owner = elsewhere.owner,
-               wireRequest.header(ClusterForwarder.header) == nil {
-                wire = await forwarder.forward(wireRequest, to: owner, shard: elsewhere.shard)
-                operation += ".Forwarded"
+            if let elsewhere = wire.forward, let forwarder, let cluster, wireRequest.header(ClusterForwarder.header) == nil {
+                // A shard between owners (handed back, or its owner died) gets one within a
+                // lease: wait for it rather than fail the caller.
+                var owner = elsewhere.owner
+                if owner == nil || owner?.node == cluster.nodeID { owner = await cluster.waitForOwner(elsewhere.shard, timeout: cluster.handoverTime) }
+                if let owner, owner.node == cluster.nodeID {
+                    (wire, operation, identity) = await api.handle(wireRequest)  // this node took it meanwhile
+                } else if let owner {
+                    wire = await forwarder.forward(wireRequest, to: owner, shard: elsewhere.shard)
+                    operation += ".Forwarded"
+                }
             }
         } catch let cut as RequestCut {
             // The transport refused this request mid-body and answers it itself; this answer is dropped.

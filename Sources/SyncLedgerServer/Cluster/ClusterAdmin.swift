@@ -1,0 +1,171 @@
+public import Foundation
+import NATS
+public import SyncLedger
+
+/// Operations on a cluster from outside its nodes, straight on JetStream (`syncledger cluster
+/// status|import|export`): they work whether or not any node runs.
+public struct ClusterAdmin: Sendable {
+    let client: NATSClient
+    let jetStream: JetStreamContext
+
+    /// Connects to the cluster's nats-servers.
+    public static func connect(servers: [String]) async throws -> ClusterAdmin {
+        var options = NATSClientOptions(servers: servers)
+        options.name = "syncledger-cluster-admin"
+        options.maxReconnectAttempts = 3
+        let client = try await NATSClient.connect(options)
+        return ClusterAdmin(client: client, jetStream: JetStreamContext(client: client))
+    }
+
+    /// Disconnects.
+    public func close() async { await client.close() }
+
+    // MARK: Status
+
+    /// One shard as `cluster status` shows it.
+    public struct Shard: Sendable, Codable {
+        public var shard: Int
+        /// The node holding its lease (nil: none now).
+        public var owner: String?
+        /// The last sequence of its stream.
+        public var lastSequence: UInt64
+        /// The nats-server leading its stream, and its replicas' names with whether each is current.
+        public var streamLeader: String?
+        public var replicas: [String: Bool]
+        /// Per live node: messages of this shard it has yet to apply.
+        public var lag: [String: UInt64]
+    }
+
+    /// The cluster: its shard count, live nodes with their URLs, and every shard.
+    public struct Report: Sendable, Codable {
+        public var shardCount: Int
+        public var nodes: [String: String]
+        public var shards: [Shard]
+    }
+
+    /// Reads the cluster's state.
+    /// - Throws: `.notFound` when no cluster was created on these servers.
+    public func status() async throws -> Report {
+        guard let count = try await ClusterSetup.shardCount(jetStream) else {
+            throw LedgerError(.notFound, "no SyncLedger cluster on these servers yet (a node or `cluster import` creates it)")
+        }
+        guard let bucket = try await jetStream.keyValue(bucket: ClusterNames.leases) else {
+            throw LedgerError(.notFound, "the cluster has no lease bucket yet")
+        }
+        var nodes: [String: NodeRecord] = [:]
+        var owners: [Int: String] = [:]
+        for key in try await bucket.keys() {
+            guard let entry = try await bucket.get(key) else { continue }
+            if key.hasPrefix("node.") {
+                nodes[String(key.dropFirst(5))] = try? JSONDecoder().decode(NodeRecord.self, from: Data(entry.value))
+            } else if key.hasPrefix("shard."), let shard = Int(key.dropFirst(6)),
+                      let holder = try? JSONDecoder().decode(LeaseHolder.self, from: Data(entry.value)) {
+                owners[shard] = holder.node
+            }
+        }
+        var shards: [Shard] = []
+        for shard in 0..<count {
+            let info = try await jetStream.streamInfo(ClusterNames.stream(shard))
+            let last = info?.state.lastSeq ?? 0
+            var replicas: [String: Bool] = [:]
+            for replica in info?.cluster?.replicas ?? [] { replicas[replica.name] = replica.current }
+            if let leader = info?.cluster?.leader { replicas[leader] = true }
+            var lag: [String: UInt64] = [:]
+            for (name, record) in nodes where shard < record.applied.count {
+                lag[name] = last > record.applied[shard] ? last - record.applied[shard] : 0
+            }
+            shards.append(Shard(shard: shard, owner: owners[shard], lastSequence: last, streamLeader: info?.cluster?.leader,
+                                replicas: replicas, lag: lag))
+        }
+        return Report(shardCount: count, nodes: nodes.mapValues(\.url), shards: shards)
+    }
+
+    // MARK: Import
+
+    /// What an import wrote.
+    public struct ImportReport: Sendable, Codable {
+        public var entries: UInt64 = 0
+        public var messages: UInt64 = 0
+        public var streams: Int = 0
+    }
+
+    /// Replays a single-node ledger's whole log into a new cluster's shard streams, in commit
+    /// order: each stretch of the feed becomes, per shard, one message of that shard's entries
+    /// (chained as stored; every node checks the chains again when it applies them).
+    ///
+    /// Refuses — before publishing anything — a ledger whose chains do not verify, and a cluster
+    /// whose shard streams already hold messages (import before the nodes first start).
+    public func importLedger(_ ledger: Ledger, shards: ShardMap, replicas: Int, leaseTime: Duration,
+                             progress: @Sendable (UInt64, UInt64) -> Void) async throws -> ImportReport {
+        let verification = try ledger.verify()
+        if let problem = verification.problem {
+            throw LedgerError(.corruptData, "the ledger does not verify, so it is not imported: \(problem)")
+        }
+        _ = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime)
+        var last = [UInt64](repeating: 0, count: shards.count)
+        for shard in 0..<shards.count {
+            last[shard] = try await jetStream.streamInfo(ClusterNames.stream(shard))?.state.lastSeq ?? 0
+            guard last[shard] == 0 else {
+                throw LedgerError(.invalidParameter, "shard \(shard)'s stream already holds \(last[shard]) messages: import into a new cluster, before its nodes first start; nothing was imported")
+            }
+        }
+        let total = try ledger.lastSequence
+        var report = ImportReport(streams: verification.streams)
+        var position: UInt64 = 0
+        var headers = NATSHeaders()
+        headers[ClusterNames.kindHeader] = ClusterNames.entriesKind
+        headers[ClusterNames.nodeHeader] = "import"
+        while let segment = try ledger.feedSegment(after: position, maxBytes: 1 << 20) {
+            var byShard: [Int: [Segment.Entry]] = [:]
+            for entry in segment.entries { byShard[shards.shard(of: entry.stream), default: []].append(entry) }
+            for (shard, entries) in byShard.sorted(by: { $0.key < $1.key }) {
+                let payload = try Segment(scope: .feed, entries: entries).encoded()
+                let id = "i-" + (entries.last?.hash ?? []).map { String(format: "%02x", $0) }.joined()
+                let ack = try await jetStream.publish(ClusterNames.subject(shard), payload: payload, headers: headers, messageID: id,
+                                                      expectedLastSequence: last[shard], expectedStream: ClusterNames.stream(shard), timeout: .seconds(10))
+                last[shard] = ack.sequence
+                report.messages += 1
+            }
+            report.entries += UInt64(segment.entries.count)
+            position = segment.entries.last?.sequence ?? position
+            progress(report.entries, total)
+        }
+        return report
+    }
+
+    // MARK: Export
+
+    /// Writes the entries of shard `shard`'s stream as segment files in `directory`
+    /// (`shard-S-SEQ.slseg`, one per message; fences are left out), which `syncledger import`
+    /// merges into a single-node ledger. Returns (files, entries).
+    public func exportShard(_ shard: Int, to directory: String, progress: @Sendable (UInt64, UInt64) -> Void) async throws -> (files: Int, entries: Int) {
+        guard let count = try await ClusterSetup.shardCount(jetStream) else {
+            throw LedgerError(.notFound, "no SyncLedger cluster on these servers")
+        }
+        guard (0..<count).contains(shard) else { throw LedgerError(.invalidParameter, "the cluster has shards 0-\(count - 1), not \(shard)") }
+        guard let info = try await jetStream.streamInfo(ClusterNames.stream(shard)) else {
+            throw LedgerError(.notFound, "shard \(shard)'s stream does not exist")
+        }
+        let last = info.state.lastSeq
+        var files = 0
+        var entries = 0
+        var sequence: UInt64 = 1
+        while sequence <= last {
+            guard let message = try await jetStream.getMessage(stream: ClusterNames.stream(shard), sequence: sequence) else {
+                throw LedgerError(.corruptData, "shard \(shard)'s stream lacks message \(sequence) of 1-\(last)")
+            }
+            if message.headers?[ClusterNames.kindHeader] != ClusterNames.fenceKind {
+                let segment = try Segment.decode(message.payload)
+                let path = (directory as NSString).appendingPathComponent(String(format: "shard-%04d-%016llu.slseg", shard, sequence))
+                guard FileManager.default.createFile(atPath: path, contents: Data(message.payload), attributes: [.posixPermissions: 0o600]) else {
+                    throw LedgerError(.storage, "cannot write \(path)")
+                }
+                files += 1
+                entries += segment.entries.count
+            }
+            progress(sequence, last)
+            sequence += 1
+        }
+        return (files, entries)
+    }
+}

@@ -1,0 +1,46 @@
+import NATS
+import SyncLedger
+
+/// What a cluster needs in JetStream, made by the first node (or `cluster import`) and checked
+/// by every later one: the settings bucket with the shard count, the lease bucket, and one
+/// replicated file stream per shard.
+enum ClusterSetup {
+    /// Makes or checks the cluster's buckets and streams; returns the lease bucket.
+    /// - Throws: ``StartupError`` when the cluster was created with another shard count.
+    static func prepare(_ jetStream: JetStreamContext, shards: ShardMap, replicas: Int, leaseTime: Duration) async throws -> KeyValue {
+        let settings = try await keyValue(jetStream, ClusterNames.settings, replicas: replicas, ttl: nil)
+        do {
+            _ = try await settings.create("shards", Array("\(shards.count)".utf8))
+        } catch {
+            guard let stored = try await settings.get("shards"), let count = Int(String(decoding: stored.value, as: UTF8.self)) else { throw error }
+            guard count == shards.count else {
+                throw StartupError("the cluster was created with \(count) shards, not \(shards.count): give --shards \(count)")
+            }
+        }
+        let bucket = try await keyValue(jetStream, ClusterNames.leases, replicas: replicas, ttl: leaseTime)
+        for shard in 0..<shards.count where try await jetStream.streamInfo(ClusterNames.stream(shard)) == nil {
+            var config = StreamConfig(name: ClusterNames.stream(shard), subjects: [ClusterNames.subject(shard)])
+            config.storage = .file
+            config.numReplicas = replicas
+            config.duplicateWindow = .seconds(120)
+            config.denyDelete = true
+            config.denyPurge = true
+            config.allowDirect = true
+            config.maxMsgSize = 64 << 20
+            _ = try await jetStream.createStream(config)
+        }
+        return bucket
+    }
+
+    /// The shard count a cluster was created with (nil: no cluster there yet).
+    static func shardCount(_ jetStream: JetStreamContext) async throws -> Int? {
+        guard let settings = try await jetStream.keyValue(bucket: ClusterNames.settings),
+              let stored = try await settings.get("shards") else { return nil }
+        return Int(String(decoding: stored.value, as: UTF8.self))
+    }
+
+    static func keyValue(_ jetStream: JetStreamContext, _ name: String, replicas: Int, ttl: Duration?) async throws -> KeyValue {
+        if let existing = try await jetStream.keyValue(bucket: name) { return existing }
+        return try await jetStream.createKeyValue(bucket: name, replicas: replicas, history: 1, ttl: ttl)
+    }
+}

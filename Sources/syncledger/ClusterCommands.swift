@@ -1,0 +1,135 @@
+import ArgumentParser
+import Foundation
+import Synchronization
+import SyncLedger
+import SyncLedgerServer
+
+/// `syncledger cluster status|import|export`: a cluster seen and moved straight on JetStream.
+struct ClusterCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cluster",
+        abstract: "A cluster's nodes, shard owners and lag; a ledger moved into a new cluster, a shard exported out (docs/cluster.md).",
+        subcommands: [ClusterStatus.self, ClusterImport.self, ClusterExport.self])
+}
+
+/// The JetStream cluster's servers.
+struct ClusterServers: ParsableArguments {
+    @Option(name: .customLong("cluster"), help: "The nats-servers of the cluster's JetStream, nats://HOST:PORT[,…].")
+    var cluster: String
+
+    var servers: [String] {
+        get throws {
+            let list = cluster.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard !list.isEmpty, list.allSatisfy({ $0.hasPrefix("nats://") && $0.count > 7 }) else {
+                throw ValidationError("--cluster must be nats://HOST:PORT[,…], not \(cluster.prefix(200))")
+            }
+            return list
+        }
+    }
+
+    func connect() async throws -> ClusterAdmin {
+        do { return try await ClusterAdmin.connect(servers: try servers) } catch let error as ValidationError { throw error } catch {
+            throw CLIError("cannot reach the cluster at \(cluster.prefix(200)): \(error)")
+        }
+    }
+}
+
+struct ClusterStatus: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Live nodes, each shard's owner, stream leader and replicas, and each node's lag per shard.")
+    @OptionGroup var servers: ClusterServers
+    @Flag(help: "Print one JSON object.") var json = false
+
+    func run() async throws {
+        let admin = try await servers.connect()
+        defer { Task { await admin.close() } }
+        let report = try await admin.status()
+        await admin.close()
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            return
+        }
+        print("\(report.shardCount) shards, \(report.nodes.count) live node(s)")
+        for (node, url) in report.nodes.sorted(by: { $0.key < $1.key }) {
+            print("  \(node)  \(url)  owns \(report.shards.filter { $0.owner == node }.count)")
+        }
+        print("shard  owner         last seq  stream leader  replicas current  lag by node")
+        for shard in report.shards {
+            let current = shard.replicas.values.filter { $0 }.count
+            let lag = shard.lag.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            print(String(format: "%5d  %-12@  %8llu  %-13@  %d/%d               %@", shard.shard, (shard.owner ?? "-") as NSString, shard.lastSequence,
+                         (shard.streamLeader ?? "-") as NSString, current, shard.replicas.count, lag as NSString))
+        }
+    }
+}
+
+struct ClusterImport: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract: "Replay a single-node ledger's log into a new cluster's shard streams (chains checked first); run it before the nodes first start.")
+    @OptionGroup var data: DataDirectory
+    @OptionGroup var servers: ClusterServers
+    @Option(help: "Shards of the new cluster (1-4096); the nodes are then started with the same --shards.") var shards = 64
+    @Option(help: "Replicas of each shard's stream (1-5).") var clusterReplicas = 3
+    @Option(help: "Seconds a shard's lease lasts, for the lease bucket made here (1-300; the nodes' --lease-seconds).") var leaseSeconds = 6.0
+
+    func run() async throws {
+        let map: ShardMap
+        do { map = try ShardMap(count: shards) } catch { throw ValidationError(error.message) }
+        guard (1...5).contains(clusterReplicas) else { throw ValidationError("--cluster-replicas must be 1 to 5") }
+        guard leaseSeconds >= 1, leaseSeconds <= 300 else { throw ValidationError("--lease-seconds must be 1 to 300") }
+        let ledger = try data.open()
+        defer { ledger.close() }
+        let admin = try await servers.connect()
+        let bar = ProgressBox()
+        let report: ClusterAdmin.ImportReport
+        do {
+            report = try await admin.importLedger(ledger, shards: map, replicas: clusterReplicas, leaseTime: .milliseconds(Int64(leaseSeconds * 1000))) { done, total in
+                bar.update("importing", done: done, of: total, unit: "entries")
+            }
+        } catch {
+            bar.finish()
+            await admin.close()
+            throw error
+        }
+        bar.finish()
+        await admin.close()
+        print("imported \(report.entries) entries of \(report.streams) streams as \(report.messages) messages into \(map)")
+    }
+}
+
+struct ClusterExport: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export",
+        abstract: "Write one shard's entries as segment files (one per message), for `syncledger import` into a single-node ledger.")
+    @OptionGroup var servers: ClusterServers
+    @Option(help: "The shard to export.") var shard: Int
+    @Option(help: "Directory to write the segment files to (made, private to you, when missing).") var out: String
+
+    func run() async throws {
+        try makeOutputDirectory(out)
+        let admin = try await servers.connect()
+        let bar = ProgressBox()
+        let result: (files: Int, entries: Int)
+        do {
+            result = try await admin.exportShard(shard, to: out) { done, total in bar.update("exporting", done: done, of: total, unit: "messages") }
+        } catch {
+            bar.finish()
+            await admin.close()
+            throw error
+        }
+        bar.finish()
+        await admin.close()
+        print("exported shard \(shard): \(result.entries) entries in \(result.files) segment files in \(out)")
+    }
+}
+
+/// A terminal progress bar shared with a `@Sendable` callback.
+final class ProgressBox: Sendable {
+    private let progress = Mutex(Progress(total: nil))
+    func update(_ label: String, done: UInt64, of total: UInt64, unit: String) {
+        progress.withLock { $0.update(label, done: done, of: total, unit: unit) }
+    }
+    func finish() { progress.withLock { $0.finish() } }
+}
