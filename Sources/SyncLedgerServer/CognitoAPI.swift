@@ -121,6 +121,7 @@ struct CognitoAPI: Sendable {
         if segments.first == "devices" || segments.first == "messages" {
             operation = Self.registryOperation(method: request.method, segments: segments)
             let credential = try authenticator.authenticate(request, queryPairs: query)
+            try await routeRegistryInCluster(request, segments: segments, credential: credential)
             let (response, name, who) = segments.first == "devices"
                 ? try await handleDevices(segments, query: query, request: request, credential: credential)
                 : try await handleMessages(segments, query: query, request: request, credential: credential)
@@ -139,6 +140,7 @@ struct CognitoAPI: Sendable {
         if let leader = followedLeader, !route.operation.isRead {
             throw WireError.notAuthorized("this server is a read-only follower of \(leader); send \(route.operation.rawValue) to the leader")
         }
+        if let shard = shard(of: route) { try await requireOwner(of: shard) }
         return try await dispatch(route, query: query, request: request, credential: credential)
     }
 

@@ -1,6 +1,6 @@
 // syncledger-load: drives a SyncLedger server through the Cognito sync loop over loopback.
 //
-//   syncledger-load --endpoint http://127.0.0.1:8080 [--identities 64] [--seconds 10]
+//   syncledger-load --endpoint http://127.0.0.1:8080 [--endpoint URL ...] [--identities 64] [--seconds 10]
 //                   [--records 10] [--serial-seconds 3]
 //                   [--devices N] [--commit-log FILE] [--interval-ms MS]
 //
@@ -17,6 +17,8 @@
 // a push stand-in's receive times can be matched to commits (tools/push-bench). With
 // --interval-ms, each identity waits that long after each update (a paced load, not a flat-out one).
 // With --messages, device messages against UpdateRecords of the same size (MessageBench.swift).
+// --endpoint may be given several times (the nodes of a cluster, tools/cluster-bench): identity n
+// talks to endpoint n mod the count, so the identities are spread round-robin over them.
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -36,6 +38,13 @@ struct Options {
     var devices = 0
     var intervalMilliseconds = 0
     var commitLog: String?
+    /// Every --endpoint given, in order; empty: `host`/`port` (which name the first one).
+    var endpoints: [(host: String, port: Int)] = []
+
+    /// The endpoint of identity `n` (round-robin over the endpoints given).
+    func endpoint(_ n: Int) -> (host: String, port: Int) {
+        endpoints.isEmpty ? (host, port) : endpoints[n % endpoints.count]
+    }
 
     init(_ args: [String]) {
         var i = 1
@@ -48,8 +57,8 @@ struct Options {
             switch args[i] {
             case "--endpoint":
                 let url = URL(string: next())!
-                host = url.host ?? host
-                port = url.port ?? 80
+                endpoints.append((url.host ?? host, url.port ?? 80))
+                (host, port) = endpoints[0]
             case "--identities": identities = Int(next())!
             case "--seconds": seconds = Double(next())!
             case "--serial-seconds": serialSeconds = Double(next())!
@@ -87,12 +96,13 @@ struct Failure: Error, CustomStringConvertible {
 }
 
 /// Runs one virtual identity's sync loop until `deadline`; returns UpdateRecords latencies.
-func syncLoop(identity: String, options: Options, signer: SigV4Signer, group: any EventLoopGroup, deadline: ContinuousClock.Instant, commits: CommitLog?, registerOnly: Bool = false) async throws -> [Double] {
-    let connection = try await Connection.open(host: options.host, port: options.port, group: group)
+func syncLoop(identity: String, endpoint: Int = 0, options: Options, signer: SigV4Signer, group: any EventLoopGroup, deadline: ContinuousClock.Instant, commits: CommitLog?, registerOnly: Bool = false) async throws -> [Double] {
+    let (host, port) = options.endpoint(endpoint)
+    let connection = try await Connection.open(host: host, port: port, group: group)
     var latencies: [Double] = []
     try await connection.channel.executeThenClose { inbound, outbound in
         var responses = inbound.makeAsyncIterator()
-        let hostHeader = "\(options.host):\(options.port)"
+        let hostHeader = "\(host):\(port)"
         func send(_ method: HTTPMethod, _ path: String, _ query: String?, _ body: [UInt8]) async throws -> (Int, [UInt8]) {
             var headers = HTTPHeaders()
             headers.add(name: "host", value: hostHeader)
@@ -194,8 +204,8 @@ func run(_ name: String, identities: Int, seconds: Double, options: Options, sig
     let names = (0..<identities).map { n in "us-east-1:\(String(n, radix: 16))-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))" }
     if commits != nil, options.devices > 0 {
         try await withThrowingTaskGroup(of: [Double].self) { tasks in
-            for identity in names {
-                tasks.addTask { try await syncLoop(identity: identity, options: options, signer: signer, group: group, deadline: .now, commits: nil, registerOnly: true) }
+            for (n, identity) in names.enumerated() {
+                tasks.addTask { try await syncLoop(identity: identity, endpoint: n, options: options, signer: signer, group: group, deadline: .now, commits: nil, registerOnly: true) }
             }
             try await tasks.waitForAll()
         }
@@ -203,8 +213,8 @@ func run(_ name: String, identities: Int, seconds: Double, options: Options, sig
     let start = ContinuousClock.now
     let deadline = start + .milliseconds(Int(seconds * 1000))
     let latencies = try await withThrowingTaskGroup(of: [Double].self) { tasks in
-        for identity in names {
-            tasks.addTask { try await syncLoop(identity: identity, options: options, signer: signer, group: group, deadline: deadline, commits: commits) }
+        for (n, identity) in names.enumerated() {
+            tasks.addTask { try await syncLoop(identity: identity, endpoint: n, options: options, signer: signer, group: group, deadline: deadline, commits: commits) }
         }
         return try await tasks.reduce(into: [Double]()) { $0 += $1 }.sorted()
     }

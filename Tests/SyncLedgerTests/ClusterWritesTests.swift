@@ -205,6 +205,11 @@ import SyncLedgerTestSupport
         var used = Set<Int>()
         for i in 0..<2000 { used.insert(map.shard(pool: "p", identity: "id-\(i)")) }
         #expect(used.count == 64)
+        // SyncLedger's own streams, of every pool, are on the registry shard.
+        let registry = try StreamName(pool: "us-east-1:0a1b", identity: Ledger.systemIdentity.rawValue, dataset: "devices")
+        let global = try StreamName(pool: Ledger.systemIdentity.rawValue, identity: Ledger.systemIdentity.rawValue, dataset: "identity-index")
+        #expect(map.shard(of: registry) == ShardMap.registryShard)
+        #expect(map.shard(of: global) == ShardMap.registryShard)
         #expect(throws: LedgerError.self) { try ShardMap(count: 0) }
         #expect(throws: LedgerError.self) { try ShardMap(count: ShardMap.maxShards + 1) }
     }

@@ -18,7 +18,10 @@ _CLIENT_CONFIG = Config(retries={"total_max_attempts": 1}, connect_timeout=2, re
 
 
 def shard_of(pool, identity, shards):
-    """SyncLedger's shard map: SHA-256(pool ‖ 0 ‖ identity), first 8 bytes big-endian, mod shards."""
+    """SyncLedger's shard map: SHA-256(pool ‖ 0 ‖ identity), first 8 bytes big-endian, mod shards;
+    SyncLedger's own identity's streams are all on shard 0."""
+    if identity == "_syncledger:0":
+        return 0
     digest = hashlib.sha256(pool.encode() + b"\0" + identity.encode()).digest()
     return int.from_bytes(digest[:8], "big") % shards
 

@@ -115,3 +115,40 @@ def test_cluster_status_command_shows_owners_replicas_and_lag(bed):
     assert all(set(s["lag"]) == {"node0", "node1", "node2"} for s in report["shards"])
     out = subprocess.run([BINARY, "cluster", "status", "--cluster", bed.nats.urls], capture_output=True, timeout=60)
     assert out.returncode == 0 and b"8 shards, 3 live node(s)" in out.stdout, out.stdout + out.stderr
+
+
+def test_cognito_identity_devices_and_messages_work_across_nodes(bed):
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+    from conftest import ADMIN_SECRET, REGION
+    no_retry = Config(retries={"max_attempts": 1, "mode": "standard"})
+    admin = boto3.client("cognito-identity", endpoint_url=bed.nodes[0].url, region_name=REGION,
+                         aws_access_key_id=ADMIN_KEY, aws_secret_access_key=ADMIN_SECRET, config=no_retry)
+    anonymous = [boto3.client("cognito-identity", endpoint_url=n.url, region_name=REGION,
+                              config=Config(signature_version=UNSIGNED, retries={"max_attempts": 1, "mode": "standard"})) for n in bed.nodes]
+    pid = admin.create_identity_pool(IdentityPoolName="Cluster", AllowUnauthenticatedIdentities=True)["IdentityPoolId"]
+    identity = anonymous[1].get_id(IdentityPoolId=pid)["IdentityId"]
+    credentials = anonymous[2].get_credentials_for_identity(IdentityId=identity)["Credentials"]
+    # Temporary credentials one node issued sign requests every node accepts.
+    for n in bed.nodes:
+        sync = boto3.client("cognito-sync", endpoint_url=n.url, region_name=REGION, config=no_retry,
+                            aws_access_key_id=credentials["AccessKeyId"], aws_secret_access_key=credentials["SecretKey"],
+                            aws_session_token=credentials["SessionToken"])
+        put(sync, pid, identity, "prefs", {n.data_dir[-5:]: "seen"})
+    # A device made through one node, its token and messages through others.
+    creds = (credentials["AccessKeyId"], credentials["SecretKey"], credentials["SessionToken"])
+    r = bed.nodes[0].raw("POST", "/devices/sync", body={"Platform": "APNS", "OsVersion": "17", "AppVersion": "1", "Model": "x", "Locale": "en"},
+                         key=creds[0], secret=creds[1], token=creds[2])
+    assert r.status_code == 200, r.text
+    code = r.json()["DeviceCode"]
+    r = bed.nodes[1].raw("POST", "/devices/sync-token", body={"DeviceCode": code, "Token": "ab" * 32}, key=creds[0], secret=creds[1], token=creds[2])
+    assert r.status_code == 200, r.text
+    r = bed.nodes[2].raw("POST", "/messages", body={"DeviceCode": code, "MessageId": "m-1", "TimeToLive": 600, "Data": {"a": "b"}},
+                         key=creds[0], secret=creds[1], token=creds[2])
+    assert r.status_code == 200, r.text
+    again = bed.nodes[0].raw("POST", "/messages", body={"DeviceCode": code, "MessageId": "m-1", "TimeToLive": 600, "Data": {"a": "b"}},
+                             key=creds[0], secret=creds[1], token=creds[2])
+    assert again.status_code == 200, again.text
+    assert again.headers.get("x-syncledger-replayed") == "true"
+    bed.wait_converged()

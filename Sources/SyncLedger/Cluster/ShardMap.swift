@@ -3,10 +3,11 @@ import Crypto
 /// How a cluster spreads identities over shards: `shard = H(pool, identity) mod count`, where
 /// `H` is the first 8 bytes of `SHA-256(pool ‖ 0x00 ‖ identity)` read big-endian.
 ///
-/// Every stream of an identity — its datasets and its own system streams — lands on the same
-/// shard, so a write that touches one identity touches one shard. A pool's shared system
-/// streams (devices, subscriptions, configuration) belong to the pool's system identity and
-/// so to one shard of their own. The hash is fixed (not Swift's seeded `Hasher`), so every node
+/// Every stream of an identity — its datasets and its own streams such as its device messages
+/// — lands on the same shard, so a write that touches one identity touches one shard. The
+/// streams of SyncLedger's own system identity (identity pools and their identity records,
+/// the device registry and subscriptions, pool configuration, redactions) all belong to shard
+/// 0, the registry shard: operations such as GetId write several of them at once. The hash is fixed (not Swift's seeded `Hasher`), so every node
 /// and every version computes the same map; the count is fixed when the cluster is created.
 public struct ShardMap: Sendable, Hashable, CustomStringConvertible {
     /// The most shards a cluster may have.
@@ -34,9 +35,14 @@ public struct ShardMap: Sendable, Hashable, CustomStringConvertible {
         return Int(value % UInt64(count))
     }
 
-    /// The shard a stream belongs to: its identity's.
+    /// The shard of SyncLedger's own streams (those of ``Ledger/systemIdentity``).
+    public static let registryShard = 0
+
+    /// The shard a stream belongs to: its identity's, or the registry shard for SyncLedger's
+    /// own streams.
     public func shard(of stream: StreamName) -> Int {
-        shard(pool: stream.pool.rawValue, identity: stream.identity.rawValue)
+        if stream.identity == Ledger.systemIdentity { return Self.registryShard }
+        return shard(pool: stream.pool.rawValue, identity: stream.identity.rawValue)
     }
 
     public var description: String { "\(count) shards" }

@@ -114,7 +114,11 @@ public final class ClusterNode: Sendable {
     /// Waits until this replica has applied every message its stream's shard held when asked.
     /// - Returns: false when it did not within `timeout` (or the stream did not answer).
     func catchUp(with stream: StreamName, ledger: Ledger, timeout: Duration) async throws -> Bool {
-        let shard = shards.shard(of: stream)
+        try await catchUp(shard: shards.shard(of: stream), ledger: ledger, timeout: timeout)
+    }
+
+    /// ``catchUp(with:ledger:timeout:)`` for a shard.
+    func catchUp(shard: Int, ledger: Ledger, timeout: Duration) async throws -> Bool {
         guard let last = try? await log.lastSequence(shard) else { return false }
         return try await ledger.waitForShard(shard, atLeast: last, timeout: timeout)
     }

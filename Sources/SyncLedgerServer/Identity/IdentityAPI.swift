@@ -41,8 +41,17 @@ extension CognitoAPI {
                 credential = signed
             }
             let json = try body(request)
+            if Self.identityReads.contains(name) { await catchUp(shard: ShardMap.registryShard) } else { try await requireOwner(of: ShardMap.registryShard) }
             let result = try await dispatchIdentity(name, json, caller: credential.map(caller) ?? "cognito-identity")
             return WireResponse(status: 200, headers: [("content-type", "application/x-amz-json-1.1")], body: result.bytes)
+        } catch let elsewhere as ShardOwnedElsewhere {
+            // Cluster mode: the registry shard is another node's; the request handler forwards it.
+            var w = JSONWriter()
+            w.beginObject(); w.member("__type", "TooManyRequestsException")
+            w.member("message", "this call writes the registry shard, which another node owns; retry"); w.endObject()
+            var response = WireResponse(status: 429, headers: [("content-type", "application/x-amz-json-1.1"), ("x-amzn-ErrorType", "TooManyRequestsException")], body: w.bytes)
+            response.forward = elsewhere
+            return response
         } catch {
             let (type, status, message) = Self.identityError(error)
             if status >= 500 { logger.error("internal error", metadata: ["op": "\(operation)", "error": "\(error)"]) }
@@ -66,6 +75,7 @@ extension CognitoAPI {
             case .notAuthorized: return ("NotAuthorizedException", 400, ledger.message)
             case .limitExceeded: return ("LimitExceededException", 400, ledger.message)
             case .invalidParameter: return ("InvalidParameterException", 400, ledger.message)
+            case .unavailable: return ("TooManyRequestsException", 429, ledger.message)
             case .conflict: return ("ResourceConflictException", 400, ledger.message)
             case .alreadyRegistered: return ("DeveloperUserAlreadyRegisteredException", 400, ledger.message)
             default:
