@@ -181,6 +181,33 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func anIdempotencyKeyIsKeptOnceTheLogTookTheWrite() async throws {
+        let log = try ListShardLog(shards: 4)
+        try await withLedger { ledger in
+            ledger.bindCluster(log)
+            let s = stream()
+            let token = try ledger.token(s)
+            let patches = [RecordPatch(op: .replace, key: "a", value: "1", syncCount: 0)]
+            let first = try await ledger.updateRecords(s, patches: patches, sessionToken: token, idempotencyKey: "key-1")
+            #expect(!first.replayed)
+            let retry = try await ledger.updateRecords(s, patches: patches, sessionToken: token, idempotencyKey: "key-1")
+            #expect(retry.replayed)
+            #expect(retry.records.map(\.key) == first.records.map(\.key))
+            #expect(log.count == 1, "the retry reached the log no more")
+            await expectLedgerError(.idempotencyConflict) {
+                _ = try await ledger.updateRecords(s, patches: [RecordPatch(op: .replace, key: "a", value: "2", syncCount: 0)], sessionToken: token, idempotencyKey: "key-1")
+            }
+            // A write the log refused keeps no key: its retry is judged afresh.
+            log.fail.withLock { $0 = true }
+            let second = [RecordPatch(op: .replace, key: "b", value: "1", syncCount: 0)]
+            await expectLedgerError(.unavailable) { _ = try await ledger.updateRecords(s, patches: second, sessionToken: token, idempotencyKey: "key-2") }
+            log.fail.withLock { $0 = false }
+            let afresh = try await ledger.updateRecords(s, patches: second, sessionToken: token, idempotencyKey: "key-2")
+            #expect(!afresh.replayed)
+            #expect(try ledger.values(s) == ["a": "1", "b": "1"])
+        }
+    }
+
     @Test func aFenceMovesTheCheckpointInOrderAndIsKept() async throws {
         try await withLedger { replica in
             #expect(try await replica.applyShardFence(Array("node-b".utf8), shard: 3, sequence: 1))

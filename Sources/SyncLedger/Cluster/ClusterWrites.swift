@@ -130,11 +130,12 @@ extension Ledger {
         let map = log.shards
         var attempts = 0
         while true {
+            let effects = LocalEffects()
             let run: DryRun<T> = try await writer.perform { [self] txn in
                 do {
                     let value = try txn.nested { inner -> T in
                         let first = try nextSequence(inner)
-                        let value = try body(inner)
+                        let value = try LocalEffects.$current.withValue(effects) { try body(inner) }
                         let entries = try appendedEntries(inner, from: first)
                         if entries.isEmpty { return value }
                         throw Prepared(value: value, entries: entries)  // rolls the nested transaction back
@@ -158,6 +159,10 @@ extension Ledger {
                 // Acknowledged by the shard's log: apply it here, unless the shard's tail
                 // already did.
                 try await applyShardMessage(segment, shard: shard, of: map, sequence: sequence)
+                let local = effects.all
+                if !local.isEmpty {
+                    try await writeLocal { txn in for (db, key, value) in local { try txn.put(db, key: key, value: value) } }
+                }
                 return value
             } catch ShardLogError.behind(let shard, let last) {
                 // Someone got there first (this node's earlier write not yet applied, or another

@@ -1,3 +1,4 @@
+import LedgerStorage
 import Synchronization
 
 /// The replicated log a cluster node commits every write to before it applies it: one ordered
@@ -42,4 +43,16 @@ public enum ShardApplyOutcome: Sendable, Equatable {
     case applied(MergeReport)
     /// The shard's checkpoint was already at or past it: nothing changed.
     case alreadyApplied
+}
+
+/// Changes a write makes beside the log that only the node which ran it keeps (an
+/// UpdateRecords call's idempotency answer): in cluster mode the write's dry run is rolled
+/// back, so they are collected here and written once the shard's log took the entries.
+final class LocalEffects: Sendable {
+    /// The effects of the write running on this thread, in cluster mode.
+    @TaskLocal static var current: LocalEffects?
+
+    private let puts = Mutex<[(Database, [UInt8], [UInt8])]>([])
+    func put(_ db: Database, key: [UInt8], value: [UInt8]) { puts.withLock { $0.append((db, key, value)) } }
+    var all: [(Database, [UInt8], [UInt8])] { puts.withLock { $0 } }
 }

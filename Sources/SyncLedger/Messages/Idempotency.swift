@@ -83,8 +83,14 @@ extension Ledger {
                   lastModifiedBy: $0.state.lastModifiedBy, deviceModified: $0.state.deviceModified)
         })
         let timeKey = [UInt8].bigEndian(UInt64(bitPattern: max(time.milliseconds, 0)))
-        try txn.put(schema.idempotency, key: request.key, value: timeKey + request.hash + Array(Self.json(stored).utf8))
+        let value = timeKey + request.hash + Array(Self.json(stored).utf8)
+        try txn.put(schema.idempotency, key: request.key, value: value)
         try txn.put(schema.idempotencyByTime, key: timeKey + request.key, value: [])
+        // Cluster mode: this transaction is a dry run; the key is kept once the log took the entry.
+        if let effects = LocalEffects.current {
+            effects.put(schema.idempotency, key: request.key, value: value)
+            effects.put(schema.idempotencyByTime, key: timeKey + request.key, value: [])
+        }
     }
 
     /// Removes the idempotency keys of messages and UpdateRecords calls older than
