@@ -167,3 +167,19 @@ def test_racing_writers_on_one_record_get_one_winner_per_round(bed):
         assert all(o in ("won", "ResourceConflictException") for o in outcomes), outcomes
         # Every node's replica reaches the round's write before the next round reads it.
         bed.wait_converged()
+
+
+def test_a_node_stopped_gracefully_hands_its_shards_back_at_once(bed):
+    import json as _json
+    owners = {s["Shard"]: s.get("Owner") for s in bed.status(bed.nodes[0])["Shards"]}
+    victim = next(i for i, n in enumerate(bed.nodes) if f"node{i}" in owners.values())
+    assert bed.nodes[victim].stop(timeout=15) == 0
+    # Its leases were deleted as it stopped, not left to run out: right away no shard names it.
+    out = subprocess.run([BINARY, "cluster", "status", "--cluster", bed.nats.urls, "--json"], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    report = _json.loads(out.stdout)
+    assert f"node{victim}" not in report["nodes"], report["nodes"]
+    assert all(s.get("owner") != f"node{victim}" for s in report["shards"]), report["shards"]
+    bed.restart(victim)
+    bed.wait_owned()
+    bed.wait_converged()

@@ -30,7 +30,20 @@ public final class ClusterNode: Sendable {
         let client = try await NATSClient.connect(natsOptions)
         do {
             let jetStream = JetStreamContext(client: client)
-            let bucket = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime)
+            // JetStream may not answer for a moment (a server just started, a meta leader being
+            // elected): try again for a while before giving up.
+            var attempt = 0
+            let bucket: KeyValue
+            while true {
+                do {
+                    bucket = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime)
+                    break
+                } catch let error as NATSError where attempt < 40 && [.noResponders, .timeout, .connectionLost, .notConnected].contains(error) {
+                    attempt += 1
+                    logger.info("JetStream not ready; trying again", metadata: ["error": "\(error)", "attempt": "\(attempt)"])
+                    try await Task.sleep(for: .milliseconds(250))
+                }
+            }
             let ownership = ShardOwnership()
             let counters = ShardCounters()
             let log = JetStreamShardLog(shards: shards, nodeID: options.nodeID, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters, timeout: options.appendTimeout)
@@ -65,7 +78,8 @@ public final class ClusterNode: Sendable {
         self.bucket = bucket
     }
 
-    /// Stops the tails and the lease loop (leases run out on their own) and disconnects.
+    /// Stops the tails and the lease loop, hands its leases back (so other nodes take its shards
+    /// at their next round rather than when the leases run out) and disconnects.
     public func stop() async {
         let running = tasks.withLock { tasks in
             defer { tasks = [] }
@@ -73,6 +87,7 @@ public final class ClusterNode: Sendable {
         }
         for task in running { task.cancel() }
         for task in running { await task.value }
+        await leases.handBackAll()
         await client.close()
     }
 

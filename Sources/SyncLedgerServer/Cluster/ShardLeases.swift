@@ -73,6 +73,17 @@ final class ShardLeases: Sendable {
         }
     }
 
+    /// Gives up every lease held (a node stopping): each deleted by its revision, so a lease
+    /// another node took meanwhile is left alone.
+    func handBackAll() async {
+        for shard in ownership.shards {
+            guard let owned = ownership.get(shard) else { continue }
+            ownership.set(shard, nil)
+            _ = try? await bucket.delete(ClusterNames.lease(shard), lastRevision: owned.revision)
+        }
+        _ = try? await bucket.delete(ClusterNames.node(options.nodeID))
+    }
+
     /// How long a lease surely stays ours after the request that made or renewed it was sent:
     /// the bucket's max age, less a sixth for the servers' expiry timer.
     private var validity: Duration { options.leaseTime - options.leaseTime / 6 }
