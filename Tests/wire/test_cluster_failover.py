@@ -183,3 +183,55 @@ def test_a_node_stopped_gracefully_hands_its_shards_back_at_once(bed):
     bed.restart(victim)
     bed.wait_owned()
     bed.wait_converged()
+
+
+def test_without_a_jetstream_quorum_writes_are_refused_and_reads_go_on(bed):
+    from test_cluster import put
+    pool, identity = new_id(), new_id()
+    client = bed.nodes[0].client()
+    put(client, pool, identity, "q", {"k": "before"})
+    bed.wait_converged()
+    victims = bed.nats.nodes[1:]
+    for n in victims:
+        n.kill()
+    try:
+        with pytest.raises(ClientError) as refused:
+            put(client, pool, identity, "q", {"k": "during"})
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503, refused.value.response
+        # Reads are answered from the replicas all along.
+        for node in bed.nodes:
+            page = node.client().list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="q")
+            assert {r["Key"]: r["Value"] for r in page["Records"]} == {"k": "before"}
+    finally:
+        for n in victims:
+            n.start()
+        bed.nats.wait_ready()
+    bed.wait_owned()
+    # The quorum back, writes go on; the refused one was never acknowledged, and is not there.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            answer = put(client, pool, identity, "q", {"k": "after"})
+            break
+        except ClientError as e:
+            assert time.monotonic() < deadline, e.response
+            time.sleep(0.2)
+    assert answer["Records"][0]["SyncCount"] == 2
+    bed.wait_converged()
+
+
+def test_an_operation_that_writes_two_shards_is_refused_whole(bed):
+    from test_cluster import put
+    pool, identity = new_id(), new_id()
+    while shard_of(pool, identity, SHARDS) == 0:  # the registry shard (its redactions stream) is shard 0
+        identity = new_id()
+    put(bed.nodes[1].client(), pool, identity, "secret", {"card": "4111"})
+    bed.wait_converged()
+    r = bed.nodes[1].raw("POST", "/admin/redactions",
+                         body={"IdentityPoolId": pool, "IdentityId": identity, "DatasetName": "secret", "Reason": "test"})
+    assert r.status_code == 400, r.text
+    assert r.headers["x-amzn-ErrorType"] == "InvalidParameterException"
+    assert "shards" in r.json()["message"] and "nothing was written" in r.json()["message"]
+    page = bed.nodes[2].client().list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="secret")
+    assert {x["Key"]: x["Value"] for x in page["Records"]} == {"card": "4111"}
+    assert page["DatasetSyncCount"] == 1
