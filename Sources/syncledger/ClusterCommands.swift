@@ -27,6 +27,21 @@ struct ClusterServers: ParsableArguments {
         }
     }
 
+    /// Connects, runs `body` with a progress bar, then ends the bar and disconnects, whatever happened.
+    func run<T: Sendable>(_ body: (ClusterAdmin, ProgressBox) async throws -> T) async throws -> T {
+        let admin = try await connect()
+        let bar = ProgressBox()
+        defer { bar.finish() }
+        do {
+            let result = try await body(admin, bar)
+            await admin.close()
+            return result
+        } catch {
+            await admin.close()
+            throw error
+        }
+    }
+
     func connect() async throws -> ClusterAdmin {
         do { return try await ClusterAdmin.connect(servers: try servers) } catch let error as ValidationError { throw error } catch {
             throw CLIError("cannot reach the cluster at \(cluster.prefix(200)): \(error)")
@@ -81,20 +96,11 @@ struct ClusterImport: AsyncParsableCommand {
         guard leaseSeconds >= 1, leaseSeconds <= 300 else { throw ValidationError("--lease-seconds must be 1 to 300") }
         let ledger = try data.open()
         defer { ledger.close() }
-        let admin = try await servers.connect()
-        let bar = ProgressBox()
-        let report: ClusterAdmin.ImportReport
-        do {
-            report = try await admin.importLedger(ledger, shards: map, replicas: clusterReplicas, leaseTime: .milliseconds(Int64(leaseSeconds * 1000))) { done, total in
+        let report = try await servers.run { admin, bar in
+            try await admin.importLedger(ledger, shards: map, replicas: clusterReplicas, leaseTime: .milliseconds(Int64(leaseSeconds * 1000))) { done, total in
                 bar.update("importing", done: done, of: total, unit: "entries")
             }
-        } catch {
-            bar.finish()
-            await admin.close()
-            throw error
         }
-        bar.finish()
-        await admin.close()
         print("imported \(report.entries) entries of \(report.streams) streams as \(report.messages) messages into \(map)")
     }
 }
@@ -109,18 +115,9 @@ struct ClusterExport: AsyncParsableCommand {
 
     func run() async throws {
         try makeOutputDirectory(out)
-        let admin = try await servers.connect()
-        let bar = ProgressBox()
-        let result: (files: Int, entries: Int)
-        do {
-            result = try await admin.exportShard(shard, to: out) { done, total in bar.update("exporting", done: done, of: total, unit: "messages") }
-        } catch {
-            bar.finish()
-            await admin.close()
-            throw error
+        let result = try await servers.run { admin, bar in
+            try await admin.exportShard(shard, to: out) { done, total in bar.update("exporting", done: done, of: total, unit: "messages") }
         }
-        bar.finish()
-        await admin.close()
         print("exported shard \(shard): \(result.entries) entries in \(result.files) segment files in \(out)")
     }
 }

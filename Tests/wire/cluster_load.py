@@ -113,7 +113,7 @@ class WriteLoad:
 
 def stream_entries(data_dir, pool, identity, dataset="d"):
     out = subprocess.run([BINARY, "log", "--data", data_dir, "--stream", "--pool", pool, "--identity", identity,
-                          "--dataset", dataset, "--json"], capture_output=True, timeout=120)
+                          "--dataset", dataset, "--json", "--limit", "100000000"], capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode(errors="replace")
     return [json.loads(line) for line in out.stdout.decode().splitlines() if line.strip()]
 

@@ -114,7 +114,9 @@ final class JetStreamShardLog: ShardLog {
                 try await Task.sleep(for: .milliseconds(100))
             }
         }
-        throw LedgerError(.unavailable, "shard \(shard)'s log did not acknowledge the write in time (\(lastFailure.map { "\($0)" } ?? "lease lost")); retry")
+        // The publish may still be committed (a quorum back, a leader elected): the outcome is
+        // unknown, as after any timeout; a client reads before it writes again.
+        throw LedgerError(.unavailable, "shard \(shard)'s log did not acknowledge the write in time (\(lastFailure.map { "\($0)" } ?? "lease lost")); it may still be applied: read the dataset before writing again")
     }
 
     /// The last sequence of shard `n`'s stream.
