@@ -360,6 +360,11 @@ struct CognitoAPI: Sendable {
             return WireResponse(status: 200, body: [])
         case .bulkPublish:
             let pool = try poolID(route)
+            if cluster != nil {
+                // Nothing on a cluster node would publish it: refuse rather than stay IN_PROGRESS.
+                throw WireError(type: "InvalidConfigurationException", status: 400,
+                                message: "BulkPublish is not served by cluster nodes yet: Cognito streams are delivered in single-node mode only (docs/cluster.md)")
+            }
             // IN_PROGRESS now; the leader's stream delivery (StreamService) publishes the
             // pool's datasets through the stream's sink and completes it.
             try await ledger.beginBulkPublish(pool, caller: caller(credential))

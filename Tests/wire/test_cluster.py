@@ -152,3 +152,18 @@ def test_cognito_identity_devices_and_messages_work_across_nodes(bed):
     assert again.status_code == 200, again.text
     assert again.headers.get("x-syncledger-replayed") == "true"
     bed.wait_converged()
+
+
+def test_bulk_publish_is_refused_on_cluster_nodes_rather_than_left_in_progress(bed):
+    from botocore.exceptions import ClientError
+    client = bed.nodes[2].client()
+    pool = new_id()
+    put(client, pool, new_id(), "x", {"a": "1"})
+    try:
+        client.bulk_publish(IdentityPoolId=pool)
+        raise AssertionError("BulkPublish was accepted")
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "InvalidConfigurationException", e.response
+        assert "cluster" in e.response["Error"]["Message"]
+    details = client.get_bulk_publish_details(IdentityPoolId=pool)
+    assert details.get("BulkPublishStatus", "NOT_STARTED") == "NOT_STARTED", details
