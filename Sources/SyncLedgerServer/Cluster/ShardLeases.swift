@@ -42,13 +42,23 @@ final class ShardLeases: Sendable {
         Array((try? JSONEncoder().encode(LeaseHolder(node: options.nodeID, url: url.withLock { $0 } ?? ""))) ?? Data())
     }
 
-    /// Renews, takes and hands back leases until cancelled.
+    /// Renews, takes and hands back leases until cancelled. Renewals run in a loop of their
+    /// own, so a takeover waiting for its replica to catch up never delays them.
     func run() async {
         let period = options.leaseTime / 3
-        while !Task.isCancelled {
-            await renew()
-            await balance()
-            try? await Task.sleep(for: period)
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    await self.renew()
+                    try? await Task.sleep(for: period)
+                }
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    await self.balance()
+                    try? await Task.sleep(for: period)
+                }
+            }
         }
     }
 
@@ -124,18 +134,27 @@ final class ShardLeases: Sendable {
     }
 
     /// Catches up with shard `n`'s stream and fences it; returns whether this node now owns it.
-    private func takeOver(_ shard: Int, revision: UInt64, sent: ContinuousClock.Instant) async throws -> Bool {
+    /// The lease is renewed while the replica catches up; a takeover that fails hands the lease
+    /// back at once, so another node may try.
+    private func takeOver(_ shard: Int, revision first: UInt64, sent start: ContinuousClock.Instant) async throws -> Bool {
         var fence = NATSHeaders()
         fence[ClusterNames.kindHeader] = ClusterNames.fenceKind
-        for _ in 0..<5 {
-            guard ContinuousClock.now < sent + validity else { return false }
+        var revision = first
+        var sent = start
+        for attempt in 0..<5 {
+            if attempt > 0 {
+                let renewing = ContinuousClock.now
+                guard let renewed = try? await bucket.update(ClusterNames.lease(shard), holderValue, lastRevision: revision) else { return false }
+                (revision, sent) = (renewed, renewing)
+            }
+            guard ContinuousClock.now < sent + validity else { break }
             let last = try await log.lastSequence(shard)
-            guard try await ledger.waitForShard(shard, atLeast: last, timeout: options.leaseTime) else { continue }
+            guard try await ledger.waitForShard(shard, atLeast: last, timeout: validity / 2) else { continue }
             do {
                 let ack = try await jetStream.publish(ClusterNames.subject(shard), payload: holderValue, headers: fence,
                                                       messageID: "f-\(options.nodeID)-\(shard)-\(revision)", expectedLastSequence: last,
                                                       expectedStream: ClusterNames.stream(shard), timeout: .seconds(2))
-                guard try await ledger.waitForShard(shard, atLeast: ack.sequence, timeout: options.leaseTime) else { return false }
+                guard try await ledger.waitForShard(shard, atLeast: ack.sequence, timeout: validity / 2) else { break }
                 ownership.set(shard, .init(revision: revision, validUntil: sent + validity))
                 logger.info("took a shard", metadata: ["shard": "\(shard)", "fence": "\(ack.sequence)"])
                 return true
@@ -143,6 +162,8 @@ final class ShardLeases: Sendable {
                 continue  // the old owner still wrote: catch up again
             }
         }
+        _ = try? await bucket.delete(ClusterNames.lease(shard), lastRevision: revision)
+        logger.warning("could not take a shard; handed its lease back", metadata: ["shard": "\(shard)"])
         return false
     }
 }
