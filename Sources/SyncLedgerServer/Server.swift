@@ -204,7 +204,7 @@ public enum SyncLedgerServer {
                 throw StartupError("cannot join the cluster at \(options.servers.joined(separator: ",")): \(error)")
             }
             logger.info("cluster node", metadata: ["node": "\(options.nodeID)", "shards": "\(options.shards)", "replicas": "\(options.replicas)"])
-            logger.notice("cluster mode: push delivery and Cognito streams do not run on cluster nodes yet (docs/cluster.md)")
+            logger.notice("cluster mode: Cognito streams and BulkPublish do not run on cluster nodes yet (docs/cluster.md)")
         }
         let cluster = joined
         let forwarder = cluster.map { ClusterForwarder(nodeID: $0.nodeID) }
@@ -226,8 +226,10 @@ public enum SyncLedgerServer {
             api.followedLeader = client.url
             api.replication = status
         }
-        let push = try client == nil && cluster == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
+        let push = try client == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
         defer { if let push { Self.stopPush(push) } }
+        if let cluster, let service = push?.service { Self.pushOnShardOwners(service, cluster: cluster, ledger: ledger) }
+        cluster?.beginOwning()
         api.push = push?.service
         api.cluster = cluster
         // Cognito Streams: a leader delivers them; a follower's leader does.
@@ -337,6 +339,21 @@ public enum SyncLedgerServer {
             try? client.syncShutdown()
             threads.shutdown()
             throw error
+        }
+    }
+
+    /// Cluster mode: a node derives notifications only from the entries of the shards it owns,
+    /// and when it takes a shard it derives again the shard's entries of the last two leases and
+    /// ten seconds (what an owner that died may not have derived or delivered). Entries older
+    /// than that when the node started are never derived: a node replaying history stays quiet.
+    private static func pushOnShardOwners(_ service: PushService, cluster: ClusterNode, ledger: Ledger) {
+        let windowMs = Int64((cluster.leaseTime * 2 + .seconds(10)).components.seconds) * 1000
+        let oldest = Timestamp(milliseconds: ledger.options.clock().milliseconds - windowMs)
+        service.restrict { stream, time in time >= oldest && cluster.owns(stream) }
+        let shards = cluster.shards
+        cluster.onTakeover { shard in
+            let since = Timestamp(milliseconds: max(oldest.milliseconds, ledger.options.clock().milliseconds - windowMs))
+            Task { await service.rederive({ stream, time in time >= since && shards.shard(of: stream) == shard }, since: since) }
         }
     }
 

@@ -14,8 +14,9 @@ from nats_env import NatsCluster
 
 
 class ClusterBed:
-    def __init__(self, root, nats, shards=8, lease_seconds=2, nodes=3):
+    def __init__(self, root, nats, shards=8, lease_seconds=2, nodes=3, extra_args=()):
         self.root = root
+        self.extra_args = list(extra_args)
         self.nats = nats
         self.shards = shards
         self.lease_seconds = lease_seconds
@@ -24,7 +25,7 @@ class ClusterBed:
 
     def args(self, i):
         return ["--cluster", self.nats.urls, "--shards", str(self.shards), "--node-id", f"node{i}",
-                "--lease-seconds", str(self.lease_seconds), "--cluster-replicas", "3"]
+                "--lease-seconds", str(self.lease_seconds), "--cluster-replicas", "3", *self.extra_args]
 
     def start_node(self, i):
         return Server(os.path.join(self.root, f"node{i}"), self.args(i))

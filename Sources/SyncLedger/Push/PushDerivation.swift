@@ -59,7 +59,10 @@ extension Ledger {
     ///   - cache: subscribers and pool settings kept from earlier passes (by default a fresh one).
     /// - Returns: the notifications, what was skipped and collapsed, and the position of the
     ///   last commit read.
-    public func pushNotifications(after cursor: UInt64, limit: Int, cache: PushDerivationCache = PushDerivationCache()) throws -> PushDerivation {
+    ///   - include: in cluster mode, the entries this node derives: those of the shards it owns,
+    ///     written since a given time (nil: every entry).
+    public func pushNotifications(after cursor: UInt64, limit: Int, cache: PushDerivationCache = PushDerivationCache(),
+                                  include: (@Sendable (StreamName, Timestamp) -> Bool)? = nil) throws -> PushDerivation {
         var newest: [[UInt8]: PushNotification] = [:]
         var order: [[UInt8]] = []
         var skipped: [PushTransportKind: Int64] = [:]
@@ -78,6 +81,7 @@ extension Ledger {
                 return on
             }()
             guard pushOn else { continue }
+            if let include, !include(stream, entry.time) { continue }
             let devices = try cache.state.withLock({ $0.subscribers[stream] }) ?? {
                 let found = try subscribers(of: stream)
                 cache.state.withLock { s in
@@ -101,6 +105,25 @@ extension Ledger {
             }
         }
         return PushDerivation(notifications: order.compactMap { newest[$0] }, skipped: skipped, collapsed: collapsed, last: last)
+    }
+}
+
+extension Ledger {
+    /// The first commit sequence whose entry was written at `time` or later, by a binary search
+    /// over the log (commit order follows the server's clock but for clock steps, so this may be
+    /// off by a few entries around such a step): where to re-derive a time window from.
+    public func firstSequence(notBefore time: Timestamp) throws -> UInt64 {
+        try read { txn in
+            var low: UInt64 = 1
+            var high = try nextSequence(txn)  // one past the last
+            while low < high {
+                let mid = low + (high - low) / 2
+                guard let stored = try txn.get(schema.log, key: .bigEndian(mid)), stored.count > 40,
+                      let entryTime = try? LogEntry.peekOffsetAndTime(stored[40...]).time else { return low }
+                if entryTime < time { low = mid + 1 } else { high = mid }
+            }
+            return low
+        }
     }
 }
 

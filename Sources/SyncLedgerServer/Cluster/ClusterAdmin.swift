@@ -101,7 +101,7 @@ public struct ClusterAdmin: Sendable {
         if let problem = verification.problem {
             throw LedgerError(.corruptData, "the ledger does not verify, so it is not imported: \(problem)")
         }
-        _ = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime)
+        _ = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime) { _ in }
         var last = [UInt64](repeating: 0, count: shards.count)
         for shard in 0..<shards.count {
             last[shard] = try await jetStream.streamInfo(ClusterNames.stream(shard))?.state.lastSeq ?? 0

@@ -1,5 +1,8 @@
 import AsyncHTTPClient
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOCore
 import NIOHTTP1
 import SyncLedger
@@ -27,8 +30,9 @@ struct ClusterForwarder: Sendable {
         self.timeout = timeout
     }
 
-    /// The owner's answer to `request`, or 503 when the owner cannot be reached.
-    func forward(_ request: WireRequest, to owner: LeaseHolder, shard: Int) async -> WireResponse {
+    /// The owner's answer to `request`, or 503 when its answer did not arrive; `refused` says
+    /// whether the owner refused the connection (it is down, and the request surely not applied).
+    func forward(_ request: WireRequest, to owner: LeaseHolder, shard: Int) async -> (response: WireResponse, refused: Bool) {
         let base = owner.url.hasSuffix("/") ? String(owner.url.dropLast()) : owner.url
         var outgoing = HTTPClientRequest(url: base + request.rawPath + (request.rawQuery.map { "?" + $0 } ?? ""))
         outgoing.method = HTTPMethod(rawValue: request.method)
@@ -45,12 +49,15 @@ struct ClusterForwarder: Sendable {
                 headers.append((header.name.lowercased(), header.value))
             }
             headers.append(("x-syncledger-node", owner.node))
-            return WireResponse(status: Int(response.status.code), headers: headers, body: Array(body.readableBytesView))
+            return (WireResponse(status: Int(response.status.code), headers: headers, body: Array(body.readableBytesView)), false)
+        } catch let error as IOError where error.errnoCode == ECONNREFUSED {
+            return (.error(WireError(type: "ServiceUnavailableException", status: 503,
+                                     message: "shard \(shard) is owned by node \(owner.node), which refused the connection (it is down); nothing was written, retry")), true)
         } catch {
             // The owner may have applied it before its answer was lost: the caller reads before
             // it retries, as after any timeout (a retry with stale sync counts gets a conflict).
-            return .error(WireError(type: "ServiceUnavailableException", status: 503,
-                                    message: "shard \(shard) is owned by node \(owner.node), whose answer did not arrive (\(error)); the write may or may not have been applied there"))
+            return (.error(WireError(type: "ServiceUnavailableException", status: 503,
+                                     message: "shard \(shard) is owned by node \(owner.node), whose answer did not arrive (\(error)); the write may or may not have been applied there")), false)
         }
     }
 

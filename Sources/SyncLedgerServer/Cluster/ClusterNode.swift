@@ -30,19 +30,8 @@ public final class ClusterNode: Sendable {
         let client = try await NATSClient.connect(natsOptions)
         do {
             let jetStream = JetStreamContext(client: client)
-            // JetStream may not answer for a moment (a server just started, a meta leader being
-            // elected): try again for a while before giving up.
-            var attempt = 0
-            let bucket: KeyValue
-            while true {
-                do {
-                    bucket = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime)
-                    break
-                } catch let error as NATSError where attempt < 40 && [.noResponders, .timeout, .connectionLost, .notConnected].contains(error) {
-                    attempt += 1
-                    logger.info("JetStream not ready; trying again", metadata: ["error": "\(error)", "attempt": "\(attempt)"])
-                    try await Task.sleep(for: .milliseconds(250))
-                }
+            let bucket = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime) {
+                logger.info("JetStream not ready; trying again", metadata: ["error": "\($0)"])
             }
             let ownership = ShardOwnership()
             let counters = ShardCounters()
@@ -53,10 +42,7 @@ public final class ClusterNode: Sendable {
                 tail: ShardTail(shards: shards, nodeID: options.nodeID, ledger: ledger, jetStream: jetStream, ownership: ownership, counters: counters, logger: logger),
                 bucket: bucket)
             ledger.bindCluster(log)
-            node.tasks.withLock { tasks in
-                tasks.append(Task { await node.tail.run() })
-                tasks.append(Task { await node.leases.run() })
-            }
+            node.tasks.withLock { tasks in tasks.append(Task { await node.tail.run() }) }
             return node
         } catch {
             await client.close()
@@ -105,6 +91,21 @@ public final class ClusterNode: Sendable {
     /// This node's id.
     public var nodeID: String { options.nodeID }
 
+    /// Whether this node owns the shard of `stream` now.
+    func owns(_ stream: StreamName) -> Bool { ownership.owns(shards.shard(of: stream)) }
+
+    /// How long a lease lasts.
+    var leaseTime: Duration { options.leaseTime }
+
+    /// Starts taking, renewing and handing back leases (after ``onTakeover(_:)`` is set): until
+    /// then the node replicates every shard and owns none.
+    public func beginOwning() {
+        tasks.withLock { tasks in tasks.append(Task { await self.leases.run() }) }
+    }
+
+    /// Calls `handler` with each shard this node takes, once it owns it.
+    func onTakeover(_ handler: @escaping @Sendable (Int) -> Void) { leases.takeoverHandler.withLock { $0 = handler } }
+
     /// The owner of `shard` as this node knows it: itself, or the lease's holder.
     func owner(of shard: Int) async -> LeaseHolder? {
         if ownership.owns(shard) { return LeaseHolder(node: options.nodeID, url: leases.url.withLock { $0 } ?? "") }
@@ -113,11 +114,12 @@ public final class ClusterNode: Sendable {
 
     /// Waits, for at most `timeout`, until shard `n` has an owner that can take writes: another
     /// node holding its lease, or this node once its takeover finished. Nil when none did.
-    func waitForOwner(_ shard: Int, timeout: Duration) async -> LeaseHolder? {
+    /// `other`: a node known to be down, whose lease does not count.
+    func waitForOwner(_ shard: Int, other down: String? = nil, timeout: Duration) async -> LeaseHolder? {
         let deadline = ContinuousClock.now + timeout
         while true {
             if ownership.owns(shard) { return LeaseHolder(node: options.nodeID, url: leases.url.withLock { $0 } ?? "") }
-            if let holder = try? await log.holder(of: shard), holder.node != options.nodeID { return holder }
+            if let holder = try? await log.holder(of: shard), holder.node != options.nodeID, holder.node != down { return holder }
             guard ContinuousClock.now < deadline else { return nil }
             try? await Task.sleep(for: .milliseconds(50))
         }

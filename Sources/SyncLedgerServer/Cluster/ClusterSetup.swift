@@ -5,6 +5,24 @@ import SyncLedger
 /// by every later one: the settings bucket with the shard count, the lease bucket, and one
 /// replicated file stream per shard.
 enum ClusterSetup {
+    /// ``prepare(_:shards:replicas:leaseTime:)``, tried again for up to 20 s while JetStream
+    /// is not ready (a server just started, a meta leader being elected, peers not yet known:
+    /// "no suitable peers for placement"); `waiting` hears each failure.
+    static func prepare(_ jetStream: JetStreamContext, shards: ShardMap, replicas: Int, leaseTime: Duration,
+                        waiting: (any Error) -> Void) async throws -> KeyValue {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while true {
+            do {
+                return try await prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime)
+            } catch let error as StartupError {
+                throw error
+            } catch where (error is NATSError || error is JetStreamAPIError) && ContinuousClock.now < deadline {
+                waiting(error)
+                try await Task.sleep(for: .milliseconds(250))
+            }
+        }
+    }
+
     /// Makes or checks the cluster's buckets and streams; returns the lease bucket.
     /// - Throws: ``StartupError`` when the cluster was created with another shard count.
     static func prepare(_ jetStream: JetStreamContext, shards: ShardMap, replicas: Int, leaseTime: Duration) async throws -> KeyValue {

@@ -24,6 +24,8 @@ final class ShardLeases: Sendable {
     let logger: Logger
     /// This node's HTTP API, once known (the listening address may be learnt after start).
     let url: Mutex<String?>
+    /// Called with a shard this node has just taken (push delivery derives its recent entries again).
+    let takeoverHandler = Mutex<(@Sendable (Int) -> Void)?>(nil)
 
     init(options: ClusterOptions, shards: ShardMap, ledger: Ledger, jetStream: JetStreamContext, bucket: KeyValue,
          ownership: ShardOwnership, log: JetStreamShardLog, logger: Logger) {
@@ -157,6 +159,7 @@ final class ShardLeases: Sendable {
                 guard try await ledger.waitForShard(shard, atLeast: ack.sequence, timeout: validity / 2) else { break }
                 ownership.set(shard, .init(revision: revision, validUntil: sent + validity))
                 logger.info("took a shard", metadata: ["shard": "\(shard)", "fence": "\(ack.sequence)"])
+                takeoverHandler.withLock { $0 }?(shard)
                 return true
             } catch let error as JetStreamAPIError where error.isWrongLastSequence {
                 continue  // the old owner still wrote: catch up again

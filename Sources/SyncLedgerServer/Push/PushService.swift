@@ -66,6 +66,11 @@ final class PushService: Sendable {
     static let dispatchInterval: Duration = .milliseconds(10)
 
     let threads: PushThreads
+    /// In cluster mode: which entries this node derives notifications from (its shards').
+    private let scope = Mutex<(@Sendable (StreamName, Timestamp) -> Bool)?>(nil)
+
+    /// Cluster mode: derive only what `include` accepts (the entries of the shards this node owns).
+    func restrict(to include: @escaping @Sendable (StreamName, Timestamp) -> Bool) { scope.withLock { $0 = include } }
 
     init(ledger: Ledger, outbox: PushOutbox, client: HTTPClient, threads: PushThreads, options: PushOptions, logger: Logger) throws {
         self.threads = threads
@@ -116,10 +121,37 @@ final class PushService: Sendable {
     /// Derives the notifications of the next commits; whether there were any commits.
     private func dispatchOnce() throws -> Bool {
         let cursor = try outbox.cursor()
-        let pass = try ledger.pushNotifications(after: cursor, limit: 4096, cache: cache)
+        let pass = try ledger.pushNotifications(after: cursor, limit: 4096, cache: cache, include: scope.withLock { $0 })
         guard pass.last > cursor else { return false }
         if try outbox.enqueue(pass.notifications, cursor: pass.last, skipped: pass.skipped, collapsed: pass.collapsed) > 0 { wake.signal() }
         return true
+    }
+
+    /// Cluster mode, when this node took a shard: derives again the notifications of the
+    /// shard's entries written since `since` up to the dispatcher's cursor (the previous owner may
+    /// have died before it derived or delivered them; at least once, so a device may hear of a
+    /// change twice). Entries after the cursor the dispatcher derives as usual.
+    func rederive(_ include: @escaping @Sendable (StreamName, Timestamp) -> Bool, since: Timestamp) async {
+        do {
+            let count = try await offPool { () -> Int in
+                let cursor = try self.outbox.cursor()
+                var position = try self.ledger.firstSequence(notBefore: since) - 1
+                var enqueued = 0
+                while position < cursor {
+                    let pass = try self.ledger.pushNotifications(after: position, limit: 4096, cache: PushDerivationCache(), include: include)
+                    guard pass.last > position else { break }
+                    enqueued += try self.outbox.enqueue(pass.notifications, cursor: cursor)
+                    position = pass.last
+                }
+                return enqueued
+            }
+            if count > 0 {
+                wake.signal()
+                logger.info("push: notifications of a shard taken over derived again", metadata: ["count": "\(count)"])
+            }
+        } catch {
+            logger.error("push: cannot derive a shard's recent notifications again", metadata: ["error": "\(error)"])
+        }
     }
 
     // MARK: Deliverer

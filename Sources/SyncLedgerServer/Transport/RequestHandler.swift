@@ -78,11 +78,19 @@ struct RequestHandler: Sendable {
                 // lease: wait for it rather than fail the caller.
                 var owner = elsewhere.owner
                 if owner == nil || owner?.node == cluster.nodeID { owner = await cluster.waitForOwner(elsewhere.shard, timeout: cluster.handoverTime) }
-                if let owner, owner.node == cluster.nodeID {
-                    (wire, operation, identity) = await api.handle(wireRequest)  // this node took it meanwhile
-                } else if let owner {
-                    wire = await forwarder.forward(wireRequest, to: owner, shard: elsewhere.shard)
-                    operation += ".Forwarded"
+                // An owner that refuses the connection is down: wait for the node that takes its
+                // shard (the request was surely not applied), once.
+                for attempt in 0..<2 {
+                    guard let target = owner else { break }
+                    if target.node == cluster.nodeID {
+                        (wire, operation, identity) = await api.handle(wireRequest)  // this node took it meanwhile
+                        break
+                    }
+                    let (answer, refused) = await forwarder.forward(wireRequest, to: target, shard: elsewhere.shard)
+                    wire = answer
+                    operation = operation.hasSuffix(".Forwarded") ? operation : operation + ".Forwarded"
+                    guard refused, attempt == 0 else { break }
+                    owner = await cluster.waitForOwner(elsewhere.shard, other: target.node, timeout: cluster.handoverTime)
                 }
             }
         } catch let cut as RequestCut {
