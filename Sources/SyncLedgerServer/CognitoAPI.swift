@@ -54,7 +54,11 @@ struct CognitoAPI: Sendable {
             response.forward = elsewhere
         } catch {
             var wire = WireError(any: error)
-            if wire.status >= 500 {
+            if wire.status == 503 {
+                // Retriable and said as such (a cluster shard busy or between owners): the message
+                // stays, and it is no fault of the server's.
+                logger.warning("unavailable", metadata: ["request_id": "\(requestID)", "op": "\(operation)", "error": "\(error)"])
+            } else if wire.status >= 500 {
                 logger.error("internal error", metadata: ["request_id": "\(requestID)", "op": "\(operation)", "error": "\(error)"])
                 wire = WireError(type: wire.type, status: wire.status, message: "internal error; the server's log has the details under request id \(requestID)")
             }

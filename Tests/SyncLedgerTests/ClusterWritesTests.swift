@@ -131,6 +131,22 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func everyWriteOfAContendedShardLandsOnce() async throws {
+        let log = try ListShardLog(shards: 1)  // every identity on one shard
+        try await withLedger { ledger in
+            ledger.bindCluster(log)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<48 {
+                    group.addTask { try await ledger.put(stream(identity: "\(i)"), ["k": "\(i)"]) }
+                }
+                try await group.waitForAll()
+            }
+            #expect(log.count == 48)
+            for i in 0..<48 { #expect(try ledger.values(stream(identity: "\(i)")) == ["k": "\(i)"]) }
+            #expect(try ledger.shardCheckpoint(0) == 48)
+        }
+    }
+
     /// Message 1 of stream `a` written by another ledger through `log` (a history of its own).
     private func divergedMessage(_ log: ListShardLog, _ a: StreamName, _ shard: Int) async throws -> [UInt8] {
         let dir = temporaryPath("other")

@@ -129,6 +129,10 @@ extension Ledger {
     func clusterWrite<T: Sendable>(_ log: any ShardLog, _ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
         let map = log.shards
         var attempts = 0
+        // The shard whose write lock this write holds: taken once the shard proved contended
+        // (this write was refused as behind, or others already queue), released at the end.
+        var holding: Int?
+        defer { if let holding { cluster.unlock(holding) } }
         while true {
             let effects = LocalEffects()
             let run: DryRun<T> = try await writer.perform { [self] txn in
@@ -154,6 +158,11 @@ extension Ledger {
                 if case .local(let value) = run { return value }
                 preconditionFailure("unreachable")
             }
+            if holding == nil, attempts > 0 || cluster.isLocked(shard) {
+                await cluster.lock(shard)
+                holding = shard
+                continue  // prepare again, in turn
+            }
             do {
                 let sequence = try await log.append(segment, shard: shard, after: after)
                 // Acknowledged by the shard's log: apply it here, unless the shard's tail
@@ -168,7 +177,7 @@ extension Ledger {
                 // Someone got there first (this node's earlier write not yet applied, or another
                 // node): catch up with the log, then prepare the write again on the new state.
                 attempts += 1
-                guard attempts < 16, try await waitForShard(shard, atLeast: last, timeout: .seconds(10)) else {
+                guard attempts < (holding == nil ? 16 : 64), try await waitForShard(shard, atLeast: last, timeout: .seconds(10)) else {
                     throw LedgerError(.unavailable, "shard \(shard) kept moving or this replica did not catch up with it (log at \(last)); nothing was written, retry")
                 }
             }
