@@ -67,6 +67,13 @@ extension Ledger {
     ///   then holds nothing of it.
     @discardableResult
     public func applyShardMessage(_ segment: Segment, shard: Int, of map: ShardMap, sequence: UInt64) async throws -> ShardApplyOutcome {
+        try await applyShardMessage(segment, shard: shard, of: map, sequence: sequence, effects: [])
+    }
+
+    /// ``applyShardMessage(_:shard:of:sequence:)``, writing `effects` (what only this node keeps
+    /// of the write, see ``LocalEffects``) in the same transaction, applied or not.
+    func applyShardMessage(_ segment: Segment, shard: Int, of map: ShardMap, sequence: UInt64,
+                           effects: [(Database, [UInt8], [UInt8])]) async throws -> ShardApplyOutcome {
         guard (0..<map.count).contains(shard) else {
             throw LedgerError(.invalidParameter, "shard \(shard) is out of range (\(map))")
         }
@@ -75,16 +82,28 @@ extension Ledger {
         }
         defer { if segment.touchesConfiguration { dictionaries.configurationChanged() } }
         return try await writeLocal { [self] txn in
-            let checkpoint = try shardCheckpoint(txn, shard)
-            if sequence <= checkpoint { return .alreadyApplied }
-            guard sequence == checkpoint + 1 else {
-                throw LedgerError(.invalidParameter, "message \(sequence) of shard \(shard) follows \(sequence - 1), but this replica has applied up to \(checkpoint); nothing was applied")
+            var outcome = ShardApplyOutcome.alreadyApplied
+            if try isNextShardMessage(txn, shard, sequence) {
+                outcome = .applied(try merge(segment, txn))
+                try txn.put(schema.meta, key: Self.shardCheckpointKey(shard), value: .bigEndian(sequence))
             }
-            let report = try merge(segment, txn)
-            try txn.put(schema.meta, key: Self.shardCheckpointKey(shard), value: .bigEndian(sequence))
-            return .applied(report)
+            for (db, key, value) in effects { try txn.put(db, key: key, value: value) }
+            return outcome
         }
     }
+
+    /// Whether message `sequence` of `shard` is the next one for this replica (false: already
+    /// applied). - Throws: `.invalidParameter` for a gap.
+    private func isNextShardMessage(_ txn: Transaction, _ shard: Int, _ sequence: UInt64) throws -> Bool {
+        let checkpoint = try shardCheckpoint(txn, shard)
+        if sequence <= checkpoint { return false }
+        guard sequence == checkpoint + 1 else {
+            throw LedgerError(.invalidParameter, "message \(sequence) of shard \(shard) follows \(sequence - 1), but this replica has applied up to \(checkpoint); nothing was applied")
+        }
+        return true
+    }
+
+    static func shardFenceKey(_ shard: Int) -> [UInt8] { Array("shard-fence/".utf8) + .bigEndian(UInt64(shard)) }
 
     /// Applies a message of `shard`'s log that carries no entries — a new owner's fence — in
     /// order with the others: the checkpoint moves to `sequence` and `note` is kept as the
@@ -95,13 +114,9 @@ extension Ledger {
     @discardableResult
     public func applyShardFence(_ note: [UInt8], shard: Int, sequence: UInt64) async throws -> Bool {
         try await writeLocal { [self] txn in
-            let checkpoint = try shardCheckpoint(txn, shard)
-            if sequence <= checkpoint { return false }
-            guard sequence == checkpoint + 1 else {
-                throw LedgerError(.invalidParameter, "message \(sequence) of shard \(shard) follows \(sequence - 1), but this replica has applied up to \(checkpoint); nothing was applied")
-            }
+            guard try isNextShardMessage(txn, shard, sequence) else { return false }
             try txn.put(schema.meta, key: Self.shardCheckpointKey(shard), value: .bigEndian(sequence))
-            try txn.put(schema.meta, key: Array("shard-fence/".utf8) + .bigEndian(UInt64(shard)), value: .bigEndian(sequence) + note)
+            try txn.put(schema.meta, key: Self.shardFenceKey(shard), value: .bigEndian(sequence) + note)
             return true
         }
     }
@@ -109,7 +124,7 @@ extension Ledger {
     /// The latest fence applied for `shard`: its sequence in the shard's log and its note.
     public func shardFence(_ shard: Int) throws -> (sequence: UInt64, note: [UInt8])? {
         try read { txn in
-            guard let stored = try txn.get(schema.meta, key: Array("shard-fence/".utf8) + .bigEndian(UInt64(shard))), stored.count >= 8 else { return nil }
+            guard let stored = try txn.get(schema.meta, key: Self.shardFenceKey(shard)), stored.count >= 8 else { return nil }
             return (stored.bigEndianUInt64(), Array(stored[8...]))
         }
     }
@@ -166,12 +181,8 @@ extension Ledger {
             do {
                 let sequence = try await log.append(segment, shard: shard, after: after)
                 // Acknowledged by the shard's log: apply it here, unless the shard's tail
-                // already did.
-                try await applyShardMessage(segment, shard: shard, of: map, sequence: sequence)
-                let local = effects.all
-                if !local.isEmpty {
-                    try await writeLocal { txn in for (db, key, value) in local { try txn.put(db, key: key, value: value) } }
-                }
+                // already did; what only this node keeps of the write goes in the same commit.
+                try await applyShardMessage(segment, shard: shard, of: map, sequence: sequence, effects: effects.all)
                 return value
             } catch ShardLogError.behind(let shard, let last) {
                 // Someone got there first (this node's earlier write not yet applied, or another
