@@ -65,3 +65,34 @@ struct ClusterForwarder: Sendable {
         try? await client.shutdown()
     }
 }
+
+/// What became of a request that belongs to a shard another node owned.
+enum Handover {
+    /// This node owns the shard now: run the request here.
+    case runHere
+    /// The owner's answer (or a 503 saying its answer did not arrive).
+    case answered(WireResponse)
+    /// No node took the shard in time: keep the 503 the API gave.
+    case noOwner
+}
+
+extension ClusterForwarder {
+    /// Hands `request` to its shard's owner. A shard between owners (handed back, or its owner
+    /// died) gets one within a lease: this waits for it rather than fail the caller; an owner
+    /// that refuses the connection is down, so the request was surely not applied and goes, once,
+    /// to the node that takes the shard.
+    func handOver(_ request: WireRequest, _ elsewhere: ShardOwnedElsewhere, cluster: ClusterNode) async -> Handover {
+        var owner = elsewhere.owner
+        if owner == nil || owner?.node == cluster.nodeID { owner = await cluster.waitForOwner(elsewhere.shard, timeout: cluster.handoverTime) }
+        var outcome = Handover.noOwner
+        for attempt in 0..<2 {
+            guard let target = owner else { break }
+            if target.node == cluster.nodeID { return .runHere }
+            let (answer, refused) = await forward(request, to: target, shard: elsewhere.shard)
+            outcome = .answered(answer)
+            guard refused, attempt == 0 else { break }
+            owner = await cluster.waitForOwner(elsewhere.shard, other: target.node, timeout: cluster.handoverTime)
+        }
+        return outcome
+    }
+}

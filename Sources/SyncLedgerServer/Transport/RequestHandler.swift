@@ -74,23 +74,10 @@ struct RequestHandler: Sendable {
             // A write of a shard another node owns goes there, once: a forwarded request that
             // finds the owner moved again answers 503 rather than travel on.
             if let elsewhere = wire.forward, let forwarder, let cluster, wireRequest.header(ClusterForwarder.header) == nil {
-                // A shard between owners (handed back, or its owner died) gets one within a
-                // lease: wait for it rather than fail the caller.
-                var owner = elsewhere.owner
-                if owner == nil || owner?.node == cluster.nodeID { owner = await cluster.waitForOwner(elsewhere.shard, timeout: cluster.handoverTime) }
-                // An owner that refuses the connection is down: wait for the node that takes its
-                // shard (the request was surely not applied), once.
-                for attempt in 0..<2 {
-                    guard let target = owner else { break }
-                    if target.node == cluster.nodeID {
-                        (wire, operation, identity) = await api.handle(wireRequest)  // this node took it meanwhile
-                        break
-                    }
-                    let (answer, refused) = await forwarder.forward(wireRequest, to: target, shard: elsewhere.shard)
-                    wire = answer
-                    operation = operation.hasSuffix(".Forwarded") ? operation : operation + ".Forwarded"
-                    guard refused, attempt == 0 else { break }
-                    owner = await cluster.waitForOwner(elsewhere.shard, other: target.node, timeout: cluster.handoverTime)
+                switch await forwarder.handOver(wireRequest, elsewhere, cluster: cluster) {
+                case .runHere: (wire, operation, identity) = await api.handle(wireRequest)
+                case .answered(let answer): (wire, operation) = (answer, operation + ".Forwarded")
+                case .noOwner: break
                 }
             }
         } catch let cut as RequestCut {
