@@ -364,13 +364,9 @@ struct CognitoAPI: Sendable {
             return WireResponse(status: 200, body: [])
         case .bulkPublish:
             let pool = try poolID(route)
-            if cluster != nil {
-                // Nothing on a cluster node would publish it: refuse rather than stay IN_PROGRESS.
-                throw WireError(type: "InvalidConfigurationException", status: 400,
-                                message: "BulkPublish is not served by cluster nodes yet: Cognito streams are delivered in single-node mode only (docs/cluster.md)")
-            }
             // IN_PROGRESS now; the leader's stream delivery (StreamService) publishes the
-            // pool's datasets through the stream's sink and completes it.
+            // pool's datasets through the stream's sink and completes it (on a cluster, the
+            // registry shard's owner, where this write runs).
             try await ledger.beginBulkPublish(pool, caller: caller(credential))
             var w = JSONWriter()
             w.beginObject(); w.member("IdentityPoolId", pool.rawValue); w.endObject()

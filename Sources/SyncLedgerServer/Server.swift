@@ -204,7 +204,6 @@ public enum SyncLedgerServer {
                 throw StartupError("cannot join the cluster at \(options.servers.joined(separator: ",")): \(error)")
             }
             logger.info("cluster node", metadata: ["node": "\(options.nodeID)", "shards": "\(options.shards)", "replicas": "\(options.replicas)"])
-            logger.notice("cluster mode: Cognito streams and BulkPublish do not run on cluster nodes yet (docs/cluster.md)")
         }
         let cluster = joined
         let forwarder = cluster.map { ClusterForwarder(nodeID: $0.nodeID) }
@@ -229,12 +228,14 @@ public enum SyncLedgerServer {
         let push = try client == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
         defer { if let push { Self.stopPush(push) } }
         if let cluster, let service = push?.service { Self.pushOnShardOwners(service, cluster: cluster, ledger: ledger) }
-        cluster?.beginOwning()
         api.push = push?.service
         api.cluster = cluster
-        // Cognito Streams: a leader delivers them; a follower's leader does.
-        let streams = try client == nil && cluster == nil ? StreamService(ledger: ledger, logger: logger, bulkPublish: configuration.bulkPublish) : nil
+        // Cognito Streams: a leader delivers them; a follower's leader does; on a cluster, each
+        // shard's owner delivers that shard's.
+        let streams = try client == nil ? StreamService(ledger: ledger, logger: logger, bulkPublish: configuration.bulkPublish, cluster: cluster) : nil
         defer { streams?.shutdown() }
+        if let cluster, streams != nil { cluster.onTakeover { shard in cluster.streamCursors.forget(shard: shard) } }
+        cluster?.beginOwning()
         let scheme = tls == nil ? "http" : "https"
         let configuredURL = configuration.publicURL.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
         let urlHost = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host

@@ -76,6 +76,13 @@ struct ClusterStatus: AsyncParsableCommand {
             print(String(format: "%5d  %-12@  %8llu  %-13@  %d/%d               %@", shard.shard, (shard.owner ?? "-") as NSString, shard.lastSequence,
                          (shard.streamLeader ?? "-") as NSString, current, shard.replicas.count, lag as NSString))
         }
+        guard !report.streamCursors.isEmpty else { return }
+        print("Cognito stream cursors (shard sequence acknowledged by the sink)")
+        print("pool / stream  shard  cursor  behind  delivered  failures  last error")
+        for t in report.streamCursors {
+            let last = t.shard.flatMap { s in report.shards.first { $0.shard == s }?.lastSequence } ?? 0
+            print("\(t.pool) / \(t.streamName)  \(t.shard ?? 0)  \(t.cursor)  \(last > t.cursor ? last - t.cursor : 0)  \(t.delivered)  \(t.failures)  \(t.lastError ?? "-")")
+        }
     }
 }
 

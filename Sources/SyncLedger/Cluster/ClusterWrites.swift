@@ -84,7 +84,12 @@ extension Ledger {
         return try await writeLocal { [self] txn in
             var outcome = ShardApplyOutcome.alreadyApplied
             if try isNextShardMessage(txn, shard, sequence) {
-                outcome = .applied(try merge(segment, txn))
+                let first = try nextSequence(txn)
+                let report = try merge(segment, txn)
+                outcome = .applied(report)
+                // Entries already present (a ledger imported into the cluster) are skipped: the
+                // ones appended sit together from `first` on.
+                try recordShardMessage(txn, shard: shard, sequence: sequence, firstLocal: first, count: report.applied)
                 try txn.put(schema.meta, key: Self.shardCheckpointKey(shard), value: .bigEndian(sequence))
             }
             for (db, key, value) in effects { try txn.put(db, key: key, value: value) }

@@ -21,6 +21,9 @@ public struct StreamTarget: Sendable, Hashable, Codable {
     public var lastError: String?
     /// When the cursor was made.
     public var created: Timestamp
+    /// On a cluster node, the shard whose messages the cursor counts: `cursor` is then a
+    /// sequence of that shard's log, the same on every node (nil: a single node's feed position).
+    public var shard: Int?
 
     /// A target starting at `cursor`.
     public init(pool: String, streamName: String, cursor: UInt64, created: Timestamp = .now) {

@@ -29,9 +29,18 @@ public struct StreamRecord: Sendable, Hashable {
     /// The record of `entry` in pool `entry.stream.pool`; its records by reference when the
     /// JSON would pass `reference`'s inline limit (see ``StreamPayloadReference``).
     public init(entry: LogEntry, reference: StreamPayloadReference? = nil) {
+        self.init(entry: entry, extra: [:], reference: reference)
+    }
+
+    /// ``init(entry:reference:)`` with `extra` members (a cluster node's `shard` and
+    /// `shardSequence`).
+    init(entry: LogEntry, extra: [String: Any], reference: StreamPayloadReference?) {
         let (operation, items) = Self.items(entry)
+        var fields = extra
+        fields["lastModifiedDate"] = entry.time.milliseconds
+        fields["syncCount"] = entry.offset
         self.init(stream: entry.stream, sequence: entry.sequence, operation: operation, items: items,
-                  fields: ["lastModifiedDate": entry.time.milliseconds, "syncCount": entry.offset], bulk: false, reference: reference)
+                  fields: fields, bulk: false, reference: reference)
     }
 
     /// The `operation` and `kinesisSyncRecords` of `entry`.

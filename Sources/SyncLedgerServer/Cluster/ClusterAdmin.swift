@@ -36,11 +36,13 @@ public struct ClusterAdmin: Sendable {
         public var lag: [String: UInt64]
     }
 
-    /// The cluster: its shard count, live nodes with their URLs, and every shard.
+    /// The cluster: its shard count, live nodes with their URLs, every shard, and the Cognito
+    /// stream targets' cursors (one per target and shard that has delivered, in shard sequences).
     public struct Report: Sendable, Codable {
         public var shardCount: Int
         public var nodes: [String: String]
         public var shards: [Shard]
+        public var streamCursors: [StreamTarget]
     }
 
     /// Reads the cluster's state.
@@ -77,7 +79,9 @@ public struct ClusterAdmin: Sendable {
             shards.append(Shard(shard: shard, owner: owners[shard], lastSequence: last, streamLeader: info?.cluster?.leader,
                                 replicas: replicas, lag: lag))
         }
-        return Report(shardCount: count, nodes: nodes.mapValues(\.url), shards: shards)
+        var cursors: [StreamTarget] = []
+        if let bucket = try await jetStream.keyValue(bucket: ClusterNames.streamCursors) { cursors = try await ClusterStreamCursors(bucket: bucket).all() }
+        return Report(shardCount: count, nodes: nodes.mapValues(\.url), shards: shards, streamCursors: cursors)
     }
 
     // MARK: Import

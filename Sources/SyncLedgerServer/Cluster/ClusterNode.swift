@@ -19,6 +19,8 @@ public final class ClusterNode: Sendable {
     let leases: ShardLeases
     let tail: ShardTail
     let bucket: KeyValue
+    /// Where the Cognito stream targets' per-shard cursors are kept, for whichever node owns the shard.
+    let streamCursors: ClusterStreamCursors
     private let tasks = Mutex<[Task<Void, Never>]>([])
 
     /// Joins the cluster: fails when the JetStream cluster cannot be reached, or when it was
@@ -30,17 +32,18 @@ public final class ClusterNode: Sendable {
         let client = try await NATSClient.connect(natsOptions)
         do {
             let jetStream = JetStreamContext(client: client)
-            let bucket = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime) {
+            let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime) {
                 logger.info("JetStream not ready; trying again", metadata: ["error": "\($0)"])
             }
             let ownership = ShardOwnership()
             let counters = ShardCounters()
+            let bucket = buckets.leases
             let log = JetStreamShardLog(shards: shards, nodeID: options.nodeID, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters, timeout: options.appendTimeout)
             let node = ClusterNode(
                 options: options, shards: shards, client: client, jetStream: jetStream, ownership: ownership, counters: counters, log: log,
                 leases: ShardLeases(options: options, shards: shards, ledger: ledger, jetStream: jetStream, bucket: bucket, ownership: ownership, log: log, logger: logger),
                 tail: ShardTail(shards: shards, nodeID: options.nodeID, ledger: ledger, jetStream: jetStream, ownership: ownership, counters: counters, logger: logger),
-                bucket: bucket)
+                bucket: bucket, streamCursors: ClusterStreamCursors(bucket: buckets.streams))
             ledger.bindCluster(log)
             node.tasks.withLock { tasks in tasks.append(Task { await node.tail.run() }) }
             return node
@@ -51,7 +54,8 @@ public final class ClusterNode: Sendable {
     }
 
     private init(options: ClusterOptions, shards: ShardMap, client: NATSClient, jetStream: JetStreamContext, ownership: ShardOwnership,
-                 counters: ShardCounters, log: JetStreamShardLog, leases: ShardLeases, tail: ShardTail, bucket: KeyValue) {
+                 counters: ShardCounters, log: JetStreamShardLog, leases: ShardLeases, tail: ShardTail, bucket: KeyValue,
+                 streamCursors: ClusterStreamCursors) {
         self.options = options
         self.shards = shards
         self.client = client
@@ -62,6 +66,7 @@ public final class ClusterNode: Sendable {
         self.leases = leases
         self.tail = tail
         self.bucket = bucket
+        self.streamCursors = streamCursors
     }
 
     /// Stops the tails and the lease loop, hands its leases back (so other nodes take its shards
@@ -104,7 +109,7 @@ public final class ClusterNode: Sendable {
     }
 
     /// Calls `handler` with each shard this node takes, once it owns it.
-    func onTakeover(_ handler: @escaping @Sendable (Int) -> Void) { leases.takeoverHandler.withLock { $0 = handler } }
+    func onTakeover(_ handler: @escaping @Sendable (Int) -> Void) { leases.takeoverHandlers.withLock { $0.append(handler) } }
 
     /// The owner of `shard` as this node knows it: itself, or the lease's holder.
     func owner(of shard: Int) async -> LeaseHolder? {

@@ -35,6 +35,8 @@ enum ClusterNames {
     static func subject(_ shard: Int) -> String { "syncledger.shard.\(shard)" }
     /// The KV bucket of shard leases and live nodes.
     static let leases = "syncledger_leases"
+    /// The KV bucket of Cognito stream cursors (per target and shard) and BulkPublish progress.
+    static let streamCursors = "syncledger_streams"
     /// The KV bucket of the cluster's fixed settings (the shard count).
     static let settings = "syncledger_cluster"
     /// The lease key of shard `n`.

@@ -4,12 +4,20 @@ import SyncLedger
 /// What a cluster needs in JetStream, made by the first node (or `cluster import`) and checked
 /// by every later one: the settings bucket with the shard count, the lease bucket, and one
 /// replicated file stream per shard.
+/// The KV buckets a node works with.
+struct ClusterBuckets: Sendable {
+    /// Shard leases and live nodes.
+    let leases: KeyValue
+    /// Cognito stream cursors per shard and BulkPublish progress (``ClusterStreamCursors``).
+    let streams: KeyValue
+}
+
 enum ClusterSetup {
     /// ``prepare(_:shards:replicas:leaseTime:)``, tried again for up to 20 s while JetStream
     /// is not ready (a server just started, a meta leader being elected, peers not yet known:
     /// "no suitable peers for placement"); `waiting` hears each failure.
     static func prepare(_ jetStream: JetStreamContext, shards: ShardMap, replicas: Int, leaseTime: Duration,
-                        waiting: (any Error) -> Void) async throws -> KeyValue {
+                        waiting: (any Error) -> Void) async throws -> ClusterBuckets {
         let deadline = ContinuousClock.now + .seconds(20)
         while true {
             do {
@@ -23,9 +31,9 @@ enum ClusterSetup {
         }
     }
 
-    /// Makes or checks the cluster's buckets and streams; returns the lease bucket.
+    /// Makes or checks the cluster's buckets and streams; returns the lease and stream-cursor buckets.
     /// - Throws: ``StartupError`` when the cluster was created with another shard count.
-    static func prepare(_ jetStream: JetStreamContext, shards: ShardMap, replicas: Int, leaseTime: Duration) async throws -> KeyValue {
+    static func prepare(_ jetStream: JetStreamContext, shards: ShardMap, replicas: Int, leaseTime: Duration) async throws -> ClusterBuckets {
         let settings = try await keyValue(jetStream, ClusterNames.settings, replicas: replicas, ttl: nil)
         do {
             _ = try await settings.create("shards", Array("\(shards.count)".utf8))
@@ -36,6 +44,7 @@ enum ClusterSetup {
             }
         }
         let bucket = try await keyValue(jetStream, ClusterNames.leases, replicas: replicas, ttl: leaseTime)
+        let streams = try await keyValue(jetStream, ClusterNames.streamCursors, replicas: replicas, ttl: nil)
         for shard in 0..<shards.count where try await jetStream.streamInfo(ClusterNames.stream(shard)) == nil {
             var config = StreamConfig(name: ClusterNames.stream(shard), subjects: [ClusterNames.subject(shard)])
             config.storage = .file
@@ -47,7 +56,7 @@ enum ClusterSetup {
             config.maxMsgSize = 64 << 20
             _ = try await jetStream.createStream(config)
         }
-        return bucket
+        return ClusterBuckets(leases: bucket, streams: streams)
     }
 
     /// The shard count a cluster was created with (nil: no cluster there yet).

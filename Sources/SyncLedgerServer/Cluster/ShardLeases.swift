@@ -24,8 +24,9 @@ final class ShardLeases: Sendable {
     let logger: Logger
     /// This node's HTTP API, once known (the listening address may be learnt after start).
     let url: Mutex<String?>
-    /// Called with a shard this node has just taken (push delivery derives its recent entries again).
-    let takeoverHandler = Mutex<(@Sendable (Int) -> Void)?>(nil)
+    /// Called with each shard this node has just taken (push delivery derives its recent entries
+    /// again; stream delivery reads the shard's cursors again).
+    let takeoverHandlers = Mutex<[@Sendable (Int) -> Void]>([])
 
     init(options: ClusterOptions, shards: ShardMap, ledger: Ledger, jetStream: JetStreamContext, bucket: KeyValue,
          ownership: ShardOwnership, log: JetStreamShardLog, logger: Logger) {
@@ -159,7 +160,7 @@ final class ShardLeases: Sendable {
                 guard try await ledger.waitForShard(shard, atLeast: ack.sequence, timeout: validity / 2) else { break }
                 ownership.set(shard, .init(revision: revision, validUntil: sent + validity))
                 logger.info("took a shard", metadata: ["shard": "\(shard)", "fence": "\(ack.sequence)"])
-                takeoverHandler.withLock { $0 }?(shard)
+                for handler in takeoverHandlers.withLock({ $0 }) { handler(shard) }
                 return true
             } catch let error as JetStreamAPIError where error.isWrongLastSequence {
                 continue  // the old owner still wrote: catch up again

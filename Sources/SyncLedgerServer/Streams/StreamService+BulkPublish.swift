@@ -37,7 +37,7 @@ extension StreamService {
         guard let configuration = try ledger.secrets.streamSink(name: name) else {
             return try await endBulkPublish(pool, started: started, failure: "no sink is configured for stream \(name) (syncledger streams configure)")
         }
-        var progress = try store.bulkProgress(pool: pool.rawValue, started: started) ?? BulkPublishProgress(pool: pool.rawValue, started: started)
+        var (progress, revision) = try await loadBulkProgress(pool, started: started)
         let after = try progress.afterIdentity.map { identity in
             StreamName(pool: pool, identity: try IdentityID(identity), dataset: try DatasetName(progress.afterDataset ?? ""))
         }
@@ -47,16 +47,12 @@ extension StreamService {
                 try await StreamSinks.make(configuration, client: client).deliver(batch.records)
             } catch {
                 progress.failures += 1
-                try store.saveBulkProgress(progress)
+                revision = try await saveBulkProgress(progress, revision: revision)
                 if progress.failures >= bulkPublish.attempts {
                     backoff.withLock { $0[key] = nil }
                     return try await endBulkPublish(pool, started: started, failure: "the sink of stream \(name) failed \(progress.failures) times in a row: \(error)")
                 }
-                let delay = backoff.withLock { state -> Duration in
-                    let delay = state[key].map { min($0.delay * 2, Self.maxBackoff) } ?? Self.initialBackoff
-                    state[key] = (.now + delay, delay)
-                    return delay
-                }
+                let delay = backOff(key)
                 logger.warning("streams: a bulk publish batch failed; it is sent again",
                                metadata: ["pool": "\(pool)", "stream": "\(name)", "in_ms": "\(delay.milliseconds)", "error": "\(error)"])
                 return false
@@ -67,13 +63,34 @@ extension StreamService {
         progress.afterDataset = batch.last?.dataset.rawValue
         progress.published += Int64(batch.records.count)
         progress.failures = 0
-        if batch.last != nil { try store.saveBulkProgress(progress) }
+        if batch.last != nil { revision = try await saveBulkProgress(progress, revision: revision) }
         guard batch.finished else { return true }
         let due = started.milliseconds + bulkPublish.minimum.milliseconds
         guard ledger.options.clock().milliseconds >= due else { return !batch.records.isEmpty }
         try await ledger.completeBulkPublish(pool, started: started, caller: "syncledger-server")
         logger.info("streams: bulk publish succeeded", metadata: ["pool": "\(pool)", "stream": "\(name)", "datasets": "\(progress.published)"])
         return true
+    }
+
+    /// Where `pool`'s run that started at `started` stands: this node's store, or on a cluster
+    /// node the cluster's bucket (with the revision to update it from; the progress moves with
+    /// the registry shard's owner). A run not started yet here begins from the first dataset —
+    /// on a cluster node once this replica caught up with every shard.
+    private func loadBulkProgress(_ pool: IdentityPoolID, started: Timestamp) async throws -> (BulkPublishProgress, UInt64) {
+        let fresh = BulkPublishProgress(pool: pool.rawValue, started: started)
+        guard let cluster else { return (try store.bulkProgress(pool: pool.rawValue, started: started) ?? fresh, 0) }
+        if let stored = try await cluster.streamCursors.bulkProgress(pool: pool.rawValue, started: started) { return stored }
+        for shard in 0..<cluster.shards.count { _ = try? await cluster.catchUp(shard: shard, ledger: ledger, timeout: .seconds(2)) }
+        return (fresh, 0)
+    }
+
+    /// Keeps `progress`; returns the revision to update it from next.
+    private func saveBulkProgress(_ progress: BulkPublishProgress, revision: UInt64) async throws -> UInt64 {
+        guard let cluster else {
+            try store.saveBulkProgress(progress)
+            return 0
+        }
+        return try await cluster.streamCursors.saveBulkProgress(progress, revision: revision)
     }
 
     /// Ends the run that started at `started` as `FAILED` with `failure`.

@@ -15,7 +15,9 @@ import Synchronization
 /// A failed batch is sent again, the same records from the same cursor, after an exponential
 /// backoff (100 ms doubling to 30 s); nothing is skipped. `DISABLED` pauses a target (its cursor
 /// stays); a target seen `ENABLED` for the first time starts at the configuration change that
-/// enabled it. Only a leader runs it. It also runs BulkPublish (`StreamService+BulkPublish.swift`).
+/// enabled it. Only a leader runs it; on a cluster node it delivers the shards the node owns,
+/// with cursors that move with them (`ClusterStreamDelivery.swift`). It also runs BulkPublish
+/// (`StreamService+BulkPublish.swift`).
 final class StreamService: Sendable {
     let ledger: Ledger
     let store: StreamCursorStore
@@ -29,14 +31,17 @@ final class StreamService: Sendable {
     static let maxBackoff: Duration = .seconds(30)
 
     let bulkPublish: BulkPublishOptions
+    /// The cluster this node belongs to (nil: a single node).
+    let cluster: ClusterNode?
     /// The server's base URL for payload references (`--public-url`, or the listening address
     /// once known); nothing is delivered before it is known, so no large record goes inline.
     let publicURL = Mutex<String?>(nil)
     /// How long a payload URL stays valid (an S3 presigned URL's longest, 7 days).
     static let payloadURLLifetime: Int64 = 7 * 86_400_000
 
-    init(ledger: Ledger, logger: Logger, bulkPublish: BulkPublishOptions = BulkPublishOptions()) throws {
+    init(ledger: Ledger, logger: Logger, bulkPublish: BulkPublishOptions = BulkPublishOptions(), cluster: ClusterNode? = nil) throws {
         self.ledger = ledger
+        self.cluster = cluster
         self.bulkPublish = bulkPublish
         self.logger = logger
         self.store = try StreamCursorStore(directory: ledger.directory + "/streams", durable: ledger.options.durable)
@@ -79,8 +84,10 @@ final class StreamService: Sendable {
     /// cursor moved.
     private func pass() async throws -> Bool {
         guard let reference = payloadReference else { return false }
+        let (settings, watched) = try currentSettings()
+        if let cluster { return try await clusterPass(cluster, settings: settings, watched: watched, reference: reference) }
         var progressed = false
-        for setting in try currentSettings() {
+        for setting in settings {
             if Task.isCancelled { break }
             if let started = setting.bulkPublishStarted, try await bulkPublishStep(setting, started: started, reference: reference) { progressed = true }
             let pool = setting.pool.rawValue, name = setting.streamName
@@ -98,22 +105,11 @@ final class StreamService: Sendable {
             let batch = try ledger.streamBatch(pool: setting.pool, after: target.cursor, reference: reference)
             guard batch.last > target.cursor else { continue }
             if !batch.records.isEmpty {
-                guard let configuration = try ledger.secrets.streamSink(name: name) else {
-                    if warned.withLock({ $0.insert(key).inserted }) {
-                        logger.warning("streams: no sink is configured for the stream; its records wait (syncledger streams configure)",
-                                       metadata: ["pool": "\(pool)", "stream": "\(name)"])
-                    }
-                    continue
-                }
-                warned.withLock { _ = $0.remove(key) }
+                guard let configuration = try sinkConfiguration(pool: pool, name: name, key: key) else { continue }
                 do {
                     try await StreamSinks.make(configuration, client: client).deliver(batch.records)
                 } catch {
-                    let delay = backoff.withLock { state -> Duration in
-                        let delay = state[key].map { min($0.delay * 2, Self.maxBackoff) } ?? Self.initialBackoff
-                        state[key] = (.now + delay, delay)
-                        return delay
-                    }
+                    let delay = backOff(key)
                     logger.warning("streams: delivery failed; the batch is sent again",
                                    metadata: ["pool": "\(pool)", "stream": "\(name)", "records": "\(batch.records.count)", "in_ms": "\(delay.milliseconds)", "error": "\(error)"])
                     try? store.recordFailure(pool: pool, streamName: name, reason: "\(error)")
@@ -127,11 +123,35 @@ final class StreamService: Sendable {
         return progressed
     }
 
+    /// The sink configured for stream `name` (this node's secret store); nil, with a warning
+    /// once per target `key`, when none is: the target's records wait.
+    func sinkConfiguration(pool: String, name: String, key: String) throws -> StreamSinkConfiguration? {
+        guard let configuration = try ledger.secrets.streamSink(name: name) else {
+            if warned.withLock({ $0.insert(key).inserted }) {
+                logger.warning("streams: no sink is configured for the stream; its records wait (syncledger streams configure)",
+                               metadata: ["pool": "\(pool)", "stream": "\(name)"])
+            }
+            return nil
+        }
+        warned.withLock { _ = $0.remove(key) }
+        return configuration
+    }
+
+    /// Backs `key` off (100 ms, doubling to 30 s); returns the delay.
+    func backOff(_ key: String) -> Duration {
+        backoff.withLock { state -> Duration in
+            let delay = state[key].map { min($0.delay * 2, Self.maxBackoff) } ?? Self.initialBackoff
+            state[key] = (.now + delay, delay)
+            return delay
+        }
+    }
+
     /// The pools' stream settings: read again when an entry of a pool's configuration stream
     /// was committed since the last read (a batch ends before such an entry, so the next one is
     /// read under the new settings), and at least every 30 seconds; otherwise kept, so a commit
-    /// does not cost a read of every pool's configuration.
-    private func currentSettings() throws -> [PoolStreamSetting] {
+    /// does not cost a read of every pool's configuration. With them, the feed position they
+    /// hold for: every configuration change applied up to it is in them.
+    private func currentSettings() throws -> (list: [PoolStreamSetting], watched: UInt64) {
         let last = try ledger.lastSequence
         if let cached = settings.withLock({ $0 }), ContinuousClock.now - cached.read < .seconds(30) {
             var position = cached.watched
@@ -144,16 +164,17 @@ final class StreamService: Sendable {
             }
             if !changed {
                 settings.withLock { $0?.watched = position }
-                return cached.list
+                return (cached.list, position)
             }
         }
         let list = try ledger.poolStreamSettings()  // after `last`: a change committed later is seen next time
         settings.withLock { $0 = (list, last, .now) }
-        return list
+        return (list, last)
     }
 
     /// The Prometheus lines: per target, its lag in feed entries and what it delivered.
     func renderMetrics() -> String {
+        if let cluster { return renderClusterMetrics(cluster) }
         guard let targets = try? store.all() else { return "" }
         let last = (try? ledger.lastSequence) ?? 0
         var lag = "# HELP syncledger_stream_lag_entries Change-feed entries after a Cognito stream target's cursor.\n# TYPE syncledger_stream_lag_entries gauge\n"

@@ -1,0 +1,124 @@
+import LedgerStorage
+
+/// One message of a shard's log as this replica applied it: where its entries landed in this
+/// node's change feed.
+public struct AppliedShardMessage: Sendable, Hashable {
+    /// The message's sequence in the shard's log.
+    public let sequence: UInt64
+    /// The change-feed position of its first entry on this node.
+    public let firstLocal: UInt64
+    /// How many entries it carried.
+    public let count: Int
+}
+
+/// What one read of a shard's applied messages gives a Cognito stream target on a cluster node.
+public struct ShardStreamBatch: Sendable {
+    /// The records, in the shard's order (so in order per dataset).
+    public var records: [StreamRecord]
+    /// The shard sequence to move the target's cursor to once the records are acknowledged (the
+    /// cursor given when nothing was read).
+    public var last: UInt64
+}
+
+/// The index from a shard's messages to this replica's change feed, kept in the same commit as
+/// each applied message (one small key per message that carried entries; a fence carries none).
+/// It lets a cursor counted in the shard's own sequences — the same on every node — be read from
+/// any replica: a Cognito stream target's delivery moves with the shard's owner.
+extension Ledger {
+    static let shardAppliedPrefix = Array("shard-applied/".utf8)
+
+    static func shardAppliedKey(_ shard: Int, _ sequence: UInt64) -> [UInt8] {
+        shardAppliedPrefix + .bigEndian(UInt64(shard)) + .bigEndian(sequence)
+    }
+
+    /// Notes that message `sequence` of `shard` put its `count` entries at `firstLocal` on.
+    func recordShardMessage(_ txn: Transaction, shard: Int, sequence: UInt64, firstLocal: UInt64, count: Int) throws {
+        guard count > 0 else { return }
+        try txn.put(schema.meta, key: Self.shardAppliedKey(shard, sequence), value: .bigEndian(firstLocal) + .bigEndian(UInt64(count)))
+    }
+
+    /// Up to `limit` messages of `shard` that carried entries, after shard sequence `after`, in
+    /// order, as this replica applied them.
+    public func appliedShardMessages(_ shard: Int, after: UInt64, limit: Int) throws -> [AppliedShardMessage] {
+        guard after < UInt64.max, limit > 0 else { return [] }
+        let prefix = Self.shardAppliedPrefix + .bigEndian(UInt64(shard))
+        return try read { txn in
+            try txn.withCursor(schema.meta) { cursor in
+                var result: [AppliedShardMessage] = []
+                var pair = try cursor.seek(atLeast: Self.shardAppliedKey(shard, after + 1))
+                while let current = pair, result.count < limit, current.key.starts(with: prefix) {
+                    result.append(try Self.decodeApplied(key: current.key, value: current.value, shard: shard))
+                    pair = try cursor.next()
+                }
+                return result
+            }
+        }
+    }
+
+    /// The sequence of `shard`'s last message whose entries this replica applied before change-feed
+    /// position `local` (at or before it): a stream target that starts at `local` on this node
+    /// starts after it. 0 when none did.
+    public func shardSequence(_ shard: Int, appliedThrough local: UInt64) throws -> UInt64 {
+        let prefix = Self.shardAppliedPrefix + .bigEndian(UInt64(shard))
+        return try read { txn in
+            try txn.withCursor(schema.meta) { cursor in
+                // From the shard's last message back: a target starts near the log's end.
+                // The first key past the shard's (there is none at sequence UInt64.max), then back.
+                var pair = try cursor.seek(atLeast: Self.shardAppliedKey(shard, .max)) == nil ? try cursor.last() : try cursor.previous()
+                while let current = pair, current.key.starts(with: prefix) {
+                    let message = try Self.decodeApplied(key: current.key, value: current.value, shard: shard)
+                    if message.firstLocal <= local { return message.sequence }
+                    pair = try cursor.previous()
+                }
+                return 0
+            }
+        }
+    }
+
+    static func decodeApplied(key: some Collection<UInt8>, value: some Collection<UInt8>, shard: Int) throws -> AppliedShardMessage {
+        let k = Array(key), v = Array(value)
+        guard k.count == shardAppliedPrefix.count + 16, v.count == 16 else {
+            throw LedgerError(.corruptData, "an applied-message index key of shard \(shard) does not decode")
+        }
+        return AppliedShardMessage(sequence: Array(k.suffix(8)).bigEndianUInt64(), firstLocal: v.bigEndianUInt64(),
+                                   count: Int(Array(v.suffix(8)).bigEndianUInt64()))
+    }
+
+    /// The records of `pool`'s user datasets in the messages of `shard` after shard sequence
+    /// `cursor` that this replica applied at or before change-feed position `through` (the
+    /// position at which the caller read the pool's settings: what was applied later waits for
+    /// the next read of them, as a single node's batch ends before a configuration change). At
+    /// most `maxRecords` records and `maxBytes` of JSON, unless one message alone carries more:
+    /// a batch ends between messages, so a cursor is always a shard sequence.
+    ///
+    /// Each record is Cognito's stream JSON (``StreamRecord``) with `sequence` this node's feed
+    /// position and, beside it, `shard` and `shardSequence`: the same on every node.
+    public func shardStreamBatch(pool: IdentityPoolID, shard: Int, after cursor: UInt64, through: UInt64, maxRecords: Int = 500,
+                                 maxBytes: Int = 1 << 20, scanLimit: Int = 20_000, reference: StreamPayloadReference? = nil) throws -> ShardStreamBatch {
+        var batch = ShardStreamBatch(records: [], last: cursor)
+        var bytes = 0
+        var scanned = 0
+        while scanned < scanLimit {
+            let want = min(1024, scanLimit - scanned)
+            let messages = try appliedShardMessages(shard, after: batch.last, limit: want)
+            for message in messages {
+                if message.firstLocal > through { return batch }
+                var records: [StreamRecord] = []
+                for s in try commitSummaries(after: message.firstLocal - 1, limit: message.count) where s.stream.pool == pool && !s.stream.isInternal {
+                    guard let entry = try entries(in: s.stream, from: s.offset, limit: 1).first, entry.sequence == s.sequence else {
+                        throw LedgerError(.corruptData, "the feed names sequence \(s.sequence), which its stream's index lacks", stream: s.stream, offset: s.offset)
+                    }
+                    records.append(StreamRecord(entry: entry, extra: ["shard": shard, "shardSequence": message.sequence], reference: reference))
+                }
+                let size = records.reduce(0) { $0 + $1.json.count }
+                if !batch.records.isEmpty, !records.isEmpty, batch.records.count + records.count > maxRecords || bytes + size > maxBytes { return batch }
+                batch.records += records
+                bytes += size
+                batch.last = message.sequence
+            }
+            scanned += messages.count
+            if messages.count < want { break }
+        }
+        return batch
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import Testing
+import SyncLedgerTestSupport
+@testable import SyncLedger
+
+/// The index from a shard's messages to a replica's change feed, and the Cognito stream batches
+/// read through it: a cursor counted in the shard's own sequences reads the same records, in the
+/// same order, from replicas that applied the shards in different orders.
+@Suite struct ShardStreamsTests {
+    typealias ListShardLog = ClusterWritesTests.ListShardLog
+
+    /// Writes 12 changes over 4 identities and 3 datasets of pool `test:0` (and one of another
+    /// pool) through `owner`, bound to a 2-shard log.
+    func write(_ owner: Ledger, _ log: ListShardLog) async throws {
+        owner.bindCluster(log)
+        for i in 0..<12 {
+            try await owner.put(stream("ds\(i % 3)", identity: "\(i % 4)"), ["k": "v\(i)"])
+        }
+        try await owner.put(stream("other", identity: "1", pool: "test:9"), ["k": "x"])
+    }
+
+    func decode(_ record: StreamRecord) throws -> [String: Any] {
+        try #require(JSONSerialization.jsonObject(with: Data(record.json)) as? [String: Any])
+    }
+
+    @Test func replicasReadTheSameRecordsForAShardCursorWhateverTheirApplyOrder() async throws {
+        let log = try ListShardLog(shards: 2)
+        try await withLedger { owner in
+            try await withLedger { replica in
+                try await write(owner, log)
+                try await log.deliver(to: replica)  // shard by shard: another feed order than the owner's
+                let pool = try IdentityPoolID("test:0")
+                var total = 0
+                for shard in 0..<2 {
+                    let messages = log.messages.withLock { $0[shard]?.count ?? 0 }
+                    let onOwner = try owner.appliedShardMessages(shard, after: 0, limit: 100)
+                    let onReplica = try replica.appliedShardMessages(shard, after: 0, limit: 100)
+                    #expect(onOwner.map(\.sequence) == Array(1...UInt64(messages)))
+                    #expect(onReplica.map(\.sequence) == onOwner.map(\.sequence))
+                    #expect(onOwner.allSatisfy { $0.count == 1 })
+                    let a = try owner.shardStreamBatch(pool: pool, shard: shard, after: 0, through: .max)
+                    let b = try replica.shardStreamBatch(pool: pool, shard: shard, after: 0, through: .max)
+                    #expect(a.last == UInt64(messages) && b.last == a.last)
+                    let ra = try a.records.map(decode), rb = try b.records.map(decode)
+                    #expect(ra.map { $0["shardSequence"] as? Int } == rb.map { $0["shardSequence"] as? Int })
+                    #expect(ra.map { "\($0["identityId"]!)/\($0["dataSetName"]!)/\($0["syncCount"]!)" }
+                            == rb.map { "\($0["identityId"]!)/\($0["dataSetName"]!)/\($0["syncCount"]!)" })
+                    #expect(ra.allSatisfy { $0["shard"] as? Int == shard && $0["identityPoolId"] as? String == "test:0" })
+                    // In order per dataset: sync counts 1, 2, … for each.
+                    var counts: [String: [Int]] = [:]
+                    for r in rb { counts["\(r["identityId"]!)/\(r["dataSetName"]!)", default: []].append(r["syncCount"] as! Int) }
+                    #expect(counts.values.allSatisfy { $0 == Array(1...$0.count) })
+                    total += rb.count
+                }
+                #expect(total == 12, "every change of the pool, none of the other pool")
+            }
+        }
+    }
+
+    @Test func aBatchEndsBetweenMessagesAndBeforeWhatWasAppliedAfterTheSettingsWereRead() async throws {
+        let log = try ListShardLog(shards: 1)
+        try await withLedger { owner in
+            try await write(owner, log)
+            let pool = try IdentityPoolID("test:0")
+            let first = try owner.shardStreamBatch(pool: pool, shard: 0, after: 0, through: .max, maxRecords: 5)
+            #expect(first.records.count == 5 && first.last == 5)
+            let rest = try owner.shardStreamBatch(pool: pool, shard: 0, after: first.last, through: .max)
+            #expect(rest.records.count == 7 && rest.last == 13, "the other pool's message is passed over, the cursor moves past it")
+            // Settings read when the feed stood at the 4th message's entry: the batch stops there.
+            let fourth = try #require(owner.appliedShardMessages(0, after: 3, limit: 1).first)
+            let held = try owner.shardStreamBatch(pool: pool, shard: 0, after: 0, through: fourth.firstLocal)
+            #expect(held.records.count == 4 && held.last == 4)
+            // A target started at a feed position starts after the messages applied up to it.
+            #expect(try owner.shardSequence(0, appliedThrough: fourth.firstLocal) == 4)
+            #expect(try owner.shardSequence(0, appliedThrough: fourth.firstLocal - 1) == 3)
+            #expect(try owner.shardSequence(0, appliedThrough: 0) == 0)
+            #expect(try owner.shardSequence(0, appliedThrough: .max) == 13)
+            #expect(try owner.appliedShardMessages(0, after: 13, limit: 10).isEmpty)
+        }
+    }
+}
