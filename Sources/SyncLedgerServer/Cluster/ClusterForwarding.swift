@@ -77,6 +77,15 @@ enum Handover {
 }
 
 extension ClusterForwarder {
+    /// A forwarded request found this node holding its shard's lease but still taking the
+    /// shard over (catching up with its log, fencing it): the sender rightly named this node.
+    /// Waits for the takeover, at most a lease and a round. - Returns: whether this node owns
+    /// the shard now (the request then runs here).
+    static func finishTakingOver(_ elsewhere: ShardOwnedElsewhere, cluster: ClusterNode) async -> Bool {
+        guard elsewhere.owner?.node == cluster.nodeID else { return false }
+        return await cluster.waitForOwner(elsewhere.shard, timeout: cluster.handoverTime)?.node == cluster.nodeID
+    }
+
     /// Hands `request` to its shard's owner. A shard between owners (handed back, or its owner
     /// died) gets one within a lease: this waits for it rather than fail the caller; an owner
     /// that refuses the connection is down, so the request was surely not applied and goes, once,

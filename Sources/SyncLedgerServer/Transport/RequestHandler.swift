@@ -73,11 +73,15 @@ struct RequestHandler: Sendable {
                 : await api.handle(wireRequest)
             // A write of a shard another node owns goes there, once: a forwarded request that
             // finds the owner moved again answers 503 rather than travel on.
-            if let elsewhere = wire.forward, let forwarder, let cluster, wireRequest.header(ClusterForwarder.header) == nil {
-                switch await forwarder.handOver(wireRequest, elsewhere, cluster: cluster) {
-                case .runHere: (wire, operation, identity) = await api.handle(wireRequest)
-                case .answered(let answer): (wire, operation) = (answer, operation + ".Forwarded")
-                case .noOwner: break
+            if let elsewhere = wire.forward, let forwarder, let cluster {
+                if wireRequest.header(ClusterForwarder.header) == nil {
+                    switch await forwarder.handOver(wireRequest, elsewhere, cluster: cluster) {
+                    case .runHere: (wire, operation, identity) = await api.handle(wireRequest)
+                    case .answered(let answer): (wire, operation) = (answer, operation + ".Forwarded")
+                    case .noOwner: break
+                    }
+                } else if await ClusterForwarder.finishTakingOver(elsewhere, cluster: cluster) {
+                    (wire, operation, identity) = await api.handle(wireRequest)
                 }
             }
         } catch let cut as RequestCut {
