@@ -154,7 +154,9 @@ def test_cognito_identity_devices_and_messages_work_across_nodes(bed):
     bed.wait_converged()
 
 
-def test_bulk_publish_is_refused_on_cluster_nodes_rather_than_left_in_progress(bed):
+def test_bulk_publish_of_a_pool_without_a_stream_is_refused_by_any_node_as_on_one(bed):
+    """BulkPublish runs on cluster nodes (test_cluster_streams.py); its rules are the ledger's,
+    whichever node the request reaches: a pool with no stream is refused, nothing left IN_PROGRESS."""
     from botocore.exceptions import ClientError
     client = bed.nodes[2].client()
     pool = new_id()
@@ -163,7 +165,7 @@ def test_bulk_publish_is_refused_on_cluster_nodes_rather_than_left_in_progress(b
         client.bulk_publish(IdentityPoolId=pool)
         raise AssertionError("BulkPublish was accepted")
     except ClientError as e:
-        assert e.response["Error"]["Code"] == "InvalidConfigurationException", e.response
-        assert "cluster" in e.response["Error"]["Message"]
+        assert e.response["Error"]["Code"] == "InvalidParameterException", e.response
+        assert "no CognitoStreams stream configured" in e.response["Error"]["Message"]
     details = client.get_bulk_publish_details(IdentityPoolId=pool)
     assert details.get("BulkPublishStatus", "NOT_STARTED") == "NOT_STARTED", details
