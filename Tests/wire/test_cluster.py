@@ -169,3 +169,56 @@ def test_bulk_publish_of_a_pool_without_a_stream_is_refused_by_any_node_as_on_on
         assert "no CognitoStreams stream configured" in e.response["Error"]["Message"]
     details = client.get_bulk_publish_details(IdentityPoolId=pool)
     assert details.get("BulkPublishStatus", "NOT_STARTED") == "NOT_STARTED", details
+
+
+def test_a_sync_trigger_runs_on_the_owner_and_its_audit_is_in_the_identitys_shard(bed, tmp_path):
+    """UpdateRecords in a pool with a SyncTrigger: the hook runs on the identity's shard owner,
+    and its audit entry (the identity's `_syncledger.sync-trigger` stream, in the same shard) is
+    part of the same message, so every replica holds the write and its audit."""
+    import json
+    import subprocess
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+    from conftest import ADMIN_SECRET, BINARY, REGION
+    from cluster_load import shard_of
+    from test_sync_trigger import ARN, SECRET, Hook
+    hook = Hook()
+    hook.mode = "change"  # upper-cases every value written
+    secret = tmp_path / "hook-secret"
+    secret.write_text(SECRET + "\n")
+    try:
+        for n in bed.nodes:  # each node's own secret store holds the hook's secret
+            out = subprocess.run([BINARY, "sync-trigger", "set", "--data", n.data_dir, "--arn", ARN, "--url", hook.url,
+                                  "--secret-file", str(secret)], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+        no_retry = Config(retries={"max_attempts": 1, "mode": "standard"})
+        admin = boto3.client("cognito-identity", endpoint_url=bed.nodes[0].url, region_name=REGION,
+                             aws_access_key_id=ADMIN_KEY, aws_secret_access_key=ADMIN_SECRET, config=no_retry)
+        anonymous = boto3.client("cognito-identity", endpoint_url=bed.nodes[1].url, region_name=REGION,
+                                 config=Config(signature_version=UNSIGNED, retries={"max_attempts": 1, "mode": "standard"}))
+        pid = admin.create_identity_pool(IdentityPoolName="Triggered", AllowUnauthenticatedIdentities=True)["IdentityPoolId"]
+        identity = anonymous.get_id(IdentityPoolId=pid)["IdentityId"]
+        while shard_of(pid, identity, bed.shards) == 0:  # outside the registry shard, where the pool's settings are
+            identity = anonymous.get_id(IdentityPoolId=pid)["IdentityId"]
+        credentials = anonymous.get_credentials_for_identity(IdentityId=identity)["Credentials"]
+        bed.nodes[2].client().set_cognito_events(IdentityPoolId=pid, Events={"SyncTrigger": ARN})
+        for i, n in enumerate(bed.nodes):  # through every node: two of them forward to the owner
+            sync = boto3.client("cognito-sync", endpoint_url=n.url, region_name=REGION, config=no_retry,
+                                aws_access_key_id=credentials["AccessKeyId"], aws_secret_access_key=credentials["SecretKey"],
+                                aws_session_token=credentials["SessionToken"])
+            sync.list_records(IdentityPoolId=pid, IdentityId=identity, DatasetName="notes", LastSyncCount=i)  # caught up
+            out = put(sync, pid, identity, "notes", {f"k{i}": f"value {i}"})
+            assert [(r["Key"], r["Value"]) for r in out["Records"]] == [(f"k{i}", f"VALUE {i}")], out["Records"]
+        assert len(hook.events) == 3 and hook.bad_signatures == 0
+        bed.wait_converged()
+        for n in bed.nodes:
+            page = n.client().list_records(IdentityPoolId=pid, IdentityId=identity, DatasetName="notes")
+            assert {r["Key"]: r["Value"] for r in page["Records"]} == {"k0": "VALUE 0", "k1": "VALUE 1", "k2": "VALUE 2"}
+            out = subprocess.run([BINARY, "log", "--data", n.data_dir, "--json", "--limit", "100000000"], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            audits = [line for line in out.stdout.splitlines() if '"_syncledger.sync-trigger"' in line and identity in line]
+            assert len(audits) == 3, (n.data_dir, audits)
+            assert json.loads(json.loads(audits[-1])["events"][-1]["value"])["changed"] == "k2"
+    finally:
+        hook.server.shutdown()

@@ -165,10 +165,12 @@ def test_developer_writes_do_not_invoke_it_and_the_log_records_what_it_did(serve
     assert len(hook.events) == seen and as_admin.records("notes") == {"n": ("quiet", 1)}
     push(mine, "notes", {"m": "loud"})
     assert len(hook.events) == seen + 1 and mine.records("notes")["m"] == ("LOUD", 2)
-    # The invocation is a log entry of the pool's sync-trigger stream, beside the write.
-    out = subprocess.run([BINARY, "log", "--data", server.data_dir, "--system", "--json"], capture_output=True, text=True, timeout=60)
+    # The invocation is a log entry of the identity's own _syncledger.sync-trigger stream (in
+    # its shard on a cluster), beside the write.
+    out = subprocess.run([BINARY, "log", "--data", server.data_dir, "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    audits = [json.loads(line) for line in out.stdout.splitlines() if '"sync-trigger"' in line and mine.pool in line]
+    audits = [json.loads(line) for line in out.stdout.splitlines() if '"_syncledger.sync-trigger"' in line and mine.pool in line]
+    assert all(mine.identity in json.dumps(a) for a in audits), audits
     assert audits, out.stdout[-2000:]
     record = json.loads(audits[-1]["events"][-1]["value"])
     assert record["hook"] == "arn:aws:lambda:us-east-1:123456789012:function:validate" and record["changed"] == "m" and record["offset"] == "2"

@@ -44,17 +44,27 @@ public protocol SyncTrigger: Sendable {
 }
 
 extension Ledger {
-    /// The system stream where each SyncTrigger invocation of a pool is recorded: record
-    /// `last/<identity>/<dataset>` (each version a log entry) says which hook ran, what it
-    /// changed, added or removed, or how it failed, and the entry it led to.
-    static func triggerAuditStream(_ pool: IdentityPoolID) -> StreamName { systemStream(pool, "sync-trigger") }
+    /// The stream where each SyncTrigger invocation for a dataset is recorded: the identity's
+    /// reserved dataset `_syncledger.sync-trigger`, whose record `last/<dataset>` (each version a
+    /// log entry) says which hook ran, what it changed, added or removed, or how it failed, and
+    /// the entry it led to. It is in the identity's shard, so on a cluster the audit and the
+    /// write it led to are one message of one shard's log.
+    static func triggerAuditStream(_ stream: StreamName) -> StreamName {
+        StreamName(pool: stream.pool, identity: stream.identity, dataset: .syncTriggerAudit)
+    }
+
+    /// Where ledgers before the audit moved to the identity's shard recorded it: the pool's
+    /// `sync-trigger` system stream, record `last/<identity>/<dataset>` (still read).
+    static func legacyTriggerAuditStream(_ pool: IdentityPoolID) -> StreamName { systemStream(pool, "sync-trigger") }
+
+    static func triggerAuditKey(_ stream: StreamName) -> String { "last/\(stream.dataset)" }
 
     /// UpdateRecords through the pool's SyncTrigger: the event is built from the dataset's
     /// records and the patches, the hook answers, and its answer is written — changed values,
     /// removals and added keys in the same entry as the device's patches; records it omits stay
     /// as they were — through the same validation and `apply` as every write. A record the hook
     /// changed that another writer changed meanwhile is a conflict. The invocation and its
-    /// outcome are recorded in the pool's `sync-trigger` system stream, in the same
+    /// outcome are recorded in the identity's `_syncledger.sync-trigger` stream, in the same
     /// transaction as the entry (or alone, when nothing was written).
     ///
     /// - Throws: what ``updateRecords(_:patches:deviceID:caller:sessionToken:idempotencyKey:)``
@@ -148,8 +158,8 @@ extension Ledger {
             var record = audit
             record["hook"] = name
             record["offset"] = "\(entry.offset)"
-            _ = try self.append(txn, to: Self.triggerAuditStream(stream.pool), author: origin.author,
-                                events: [.put(key: "last/\(stream.identity)/\(stream.dataset)", value: Self.json(record), deviceModified: nil)])
+            _ = try self.append(txn, to: Self.triggerAuditStream(stream), author: origin.author,
+                                events: [.put(key: Self.triggerAuditKey(stream), value: Self.json(record), deviceModified: nil)])
             let result = Set(keys).union(patches.map(\.key)).sorted().compactMap { key -> Record? in
                 if let state = view.changed[RecordKey(key)] { return Record(key: key, state: state) }
                 return current[key].map { Record(key: key, state: $0) }
@@ -168,8 +178,8 @@ extension Ledger {
         var record = outcome
         record["hook"] = trigger.name
         let value = Self.json(record)
-        try await appendSystem(Self.triggerAuditStream(stream.pool), author: caller) { _ in
-            [.put(key: "last/\(stream.identity)/\(stream.dataset)", value: value, deviceModified: nil)]
+        try await appendSystem(Self.triggerAuditStream(stream), author: caller) { _ in
+            [.put(key: Self.triggerAuditKey(stream), value: value, deviceModified: nil)]
         }
     }
 
@@ -182,7 +192,9 @@ extension Ledger {
 
     /// The latest SyncTrigger invocation recorded for a dataset: hook, outcome, what it changed.
     public func lastTriggerInvocation(_ stream: StreamName) throws -> [String: String]? {
-        let audit = Self.triggerAuditStream(stream.pool)
-        return try recordValue(audit, key: "last/\(stream.identity)/\(stream.dataset)").map { try Self.decode([String: String].self, $0, stream: audit) }
+        let audit = Self.triggerAuditStream(stream)
+        if let value = try recordValue(audit, key: Self.triggerAuditKey(stream)) { return try Self.decode([String: String].self, value, stream: audit) }
+        let legacy = Self.legacyTriggerAuditStream(stream.pool)
+        return try recordValue(legacy, key: "last/\(stream.identity)/\(stream.dataset)").map { try Self.decode([String: String].self, $0, stream: legacy) }
     }
 }

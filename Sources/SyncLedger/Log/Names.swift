@@ -53,6 +53,10 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
     /// The dataset of an identity that holds its device-to-server messages.
     public static let messages = try! DatasetName(stored: "_syncledger.messages")
 
+    /// The dataset of an identity that records its SyncTrigger invocations (record
+    /// `last/<dataset>`): in the identity's own shard, beside the writes it audits.
+    public static let syncTriggerAudit = try! DatasetName(stored: "_syncledger.sync-trigger")
+
     /// Whether the name is one of SyncLedger's own (`_syncledger.…`), which the Cognito API
     /// neither shows nor writes.
     public var isReserved: Bool { rawValue.hasPrefix("_syncledger.") }
