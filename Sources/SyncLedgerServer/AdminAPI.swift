@@ -6,7 +6,8 @@ import SyncLedger
 ///
 /// - `POST /admin/redactions` `{"IdentityPoolId", "IdentityId", "DatasetName"?, "Key"?, "Reason"}`
 ///   — erase an identity's, a dataset's or one key's values across the history
-///   (``Ledger/redact(pool:identity:dataset:key:reason:author:)``); the leader only. Answers
+///   (``Ledger/redact(pool:identity:dataset:key:reason:author:)``); the leader only (on a
+///   cluster, the owner of the identity's shard: other nodes forward it). Answers
 ///   `{"Sequence", "ErasedValues", "EntriesRewritten", "Removals": [...]}`.
 /// - `GET /admin/redactions?IdentityPoolId=P` — the pool's redactions, oldest first.
 extension CognitoAPI {
@@ -24,6 +25,8 @@ extension CognitoAPI {
             let dataset = try string(json["DatasetName"], "DatasetName").map { try DatasetName($0) }
             let key = try string(json["Key"], "Key")
             let reason = try string(json["Reason"], "Reason", required: true)!
+            // On a cluster, a redaction (its removals and its record) is a write of the identity's shard.
+            if let cluster { try await requireOwner(of: cluster.shards.shard(pool: pool.rawValue, identity: identity.rawValue)) }
             let report = try await ledger.redact(pool: pool, identity: identity, dataset: dataset, key: key, reason: reason, author: caller(credential))
             var w = JSONWriter()
             w.beginObject()

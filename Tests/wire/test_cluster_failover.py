@@ -8,6 +8,7 @@ is the same.
 import os
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 from botocore.exceptions import ClientError
@@ -225,18 +226,55 @@ def test_without_a_jetstream_quorum_writes_are_refused_and_reads_go_on(bed):
     assert [e["events"][0]["value"] for e in entries] == (["before", "after"] if count == 2 else ["before", "during", "after"])
 
 
-def test_an_operation_that_writes_two_shards_is_refused_whole(bed):
+def test_a_redaction_is_one_write_of_the_identitys_shard_and_erases_on_every_replica(bed):
+    """The redaction's record is in the identity's own stream (its shard): a redaction sent to a
+    node that does not own the shard is forwarded to the owner, and every replica erases."""
     from test_cluster import put
     pool, identity = new_id(), new_id()
-    while shard_of(pool, identity, SHARDS) == 0:  # the registry shard (its redactions stream) is shard 0
+    while shard_of(pool, identity, SHARDS) == 0:  # outside the registry shard
         identity = new_id()
     put(bed.nodes[1].client(), pool, identity, "secret", {"card": "4111"})
     bed.wait_converged()
-    r = bed.nodes[1].raw("POST", "/admin/redactions",
-                         body={"IdentityPoolId": pool, "IdentityId": identity, "DatasetName": "secret", "Reason": "test"})
-    assert r.status_code == 400, r.text
-    assert r.headers["x-amzn-ErrorType"] == "InvalidParameterException"
-    assert "shards" in r.json()["message"] and "nothing was written" in r.json()["message"]
-    page = bed.nodes[2].client().list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="secret")
-    assert {x["Key"]: x["Value"] for x in page["Records"]} == {"card": "4111"}
-    assert page["DatasetSyncCount"] == 1
+    owner = bed.owner_of(shard_of(pool, identity, SHARDS))
+    other = next(n for n in bed.live() if n is not owner)
+    r = other.raw("POST", "/admin/redactions", body={"IdentityPoolId": pool, "IdentityId": identity, "DatasetName": "secret", "Reason": "test"})
+    assert r.status_code == 200, r.text
+    assert r.json()["ErasedValues"] == 1 and len(r.json()["Removals"]) == 1
+    bed.wait_converged()
+    for n in bed.live():
+        page = n.client().list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName="secret")
+        assert page["Records"] == [] and page["DatasetSyncCount"] == 2, page  # the dataset's delete
+        out = subprocess.run([BINARY, "log", "--data", n.data_dir, "--json", "--limit", "100000000"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "4111" not in out.stdout, "the value was erased on every replica"
+        listed = n.raw("GET", "/admin/redactions", query="IdentityPoolId=" + urllib.parse.quote(pool, safe=""))
+        assert listed.status_code == 200, listed.text
+        assert [x["IdentityId"] for x in listed.json()["Redactions"]] == [identity]
+
+
+def test_an_operation_that_writes_two_shards_is_refused_whole(bed):
+    """An identity merge writes the pool's identity records (the registry shard) and the
+    survivor's copies (its shard): refused on a cluster, nothing written."""
+    import boto3
+    from botocore.config import Config
+    from conftest import ADMIN_KEY, ADMIN_SECRET, REGION
+    from test_cluster import put
+    provider = "login.cluster.example"
+    admin = boto3.client("cognito-identity", endpoint_url=bed.nodes[0].url, region_name=REGION, aws_access_key_id=ADMIN_KEY,
+                         aws_secret_access_key=ADMIN_SECRET, config=Config(retries={"max_attempts": 1, "mode": "standard"}))
+    pid = admin.create_identity_pool(IdentityPoolName="Merges", AllowUnauthenticatedIdentities=True, DeveloperProviderName=provider)["IdentityPoolId"]
+    users = {}
+    n = 0
+    while len(users) < 2 or any(shard_of(pid, i, SHARDS) == 0 for i in users.values()):  # both outside the registry shard
+        n += 1
+        users = {"old": admin.get_open_id_token_for_developer_identity(IdentityPoolId=pid, Logins={provider: f"old-{n}"})["IdentityId"],
+                 "new": admin.get_open_id_token_for_developer_identity(IdentityPoolId=pid, Logins={provider: f"new-{n}"})["IdentityId"]}
+    put(bed.nodes[1].client(), pid, users["old"], "settings", {"theme": "light"})
+    with pytest.raises(ClientError) as refused:
+        admin.merge_developer_identities(SourceUserIdentifier=f"old-{n}", DestinationUserIdentifier=f"new-{n}",
+                                         DeveloperProviderName=provider, IdentityPoolId=pid)
+    error = refused.value.response["Error"]
+    assert error["Code"] == "InvalidParameterException" and "shards" in error["Message"] and "nothing was written" in error["Message"], error
+    bed.wait_converged()
+    found = admin.lookup_developer_identity(IdentityPoolId=pid, DeveloperUserIdentifier=f"old-{n}", MaxResults=10)
+    assert found["IdentityId"] == users["old"], "the source identity was not merged away"
+    assert bed.nodes[2].client().list_datasets(IdentityPoolId=pid, IdentityId=users["new"], MaxResults=10)["Datasets"] == []

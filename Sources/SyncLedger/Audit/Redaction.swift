@@ -2,7 +2,8 @@ import Foundation
 import LedgerStorage
 
 /// An erasure of values: what was erased, why and by whom — the record a redaction leaves in
-/// its pool's `redactions` system stream (`redaction/<n>`), so the erasure itself is audited.
+/// the identity's `_syncledger.redactions` stream (`redaction/<n>`; before, in the pool's
+/// `redactions` system stream), so the erasure itself is audited.
 public struct Redaction: Sendable, Hashable, Codable {
     /// The identity whose values were erased.
     public var identity: String
@@ -42,8 +43,21 @@ public struct RedactionReport: Sendable, Hashable {
 }
 
 extension Ledger {
-    /// The system stream holding a pool's redaction records.
-    static func redactionsStream(_ pool: IdentityPoolID) -> StreamName { systemStream(pool, "redactions") }
+    /// The stream holding the redaction records of an identity's values: its reserved dataset
+    /// `_syncledger.redactions`, in the identity's shard — so a redaction (its removals and its
+    /// record) is one write of one shard on a cluster.
+    static func redactionsStream(_ pool: IdentityPoolID, _ identity: IdentityID) -> StreamName {
+        StreamName(pool: pool, identity: identity, dataset: .redactions)
+    }
+
+    /// Where ledgers before redactions moved to the identity's stream kept a pool's redaction
+    /// records (still read, and a record stored there still erases).
+    static func legacyRedactionsStream(_ pool: IdentityPoolID) -> StreamName { systemStream(pool, "redactions") }
+
+    /// Whether `stream` holds redaction records (whose storing erases what they name).
+    static func holdsRedactions(_ stream: StreamName) -> Bool {
+        stream.dataset == DatasetName.redactions || (stream.identity == systemIdentity && stream.dataset.rawValue == "redactions")
+    }
 
     /// The longest reason kept.
     public static let maxRedactionReasonLength = 1000
@@ -57,7 +71,7 @@ extension Ledger {
     /// 2. every earlier entry in scope keeps its key, times and the value's salted commitment
     ///    but loses the value and its salt — the hash chain, digests and proofs still verify;
     /// 3. the idempotency answers of those streams (which hold values) are deleted;
-    /// 4. the redaction is recorded in the pool's `redactions` system stream. Storing that
+    /// 4. the redaction is recorded in the identity's `_syncledger.redactions` stream. Storing that
     ///    record is what erases (``eraseHistory(_:_:redaction:before:)``), so a follower that
     ///    replicates it erases its own copy the same way.
     ///
@@ -112,7 +126,7 @@ extension Ledger {
             let next = try self.nextSequence(txn)
             let (erased, rewritten) = try self.eraseHistory(txn, pool, redaction: redaction, before: next)
             // 4. The record.
-            let audit = Self.redactionsStream(pool)
+            let audit = Self.redactionsStream(pool, identity)
             let number = (try head(txn, audit)?.offset ?? 0) + 1
             let entry = try self.append(txn, to: audit, author: origin.author,
                                         events: [.put(key: String(format: "redaction/%010llu", number), value: Self.json(redaction), deviceModified: nil)]).entry
@@ -121,15 +135,17 @@ extension Ledger {
     }
 
     /// The streams a redaction covers, with their ids: every stream of the identity (device
-    /// messages too), or the one dataset.
+    /// messages too; not its records of redactions and SyncTrigger invocations, which hold no
+    /// user values), or the one dataset.
     func redactionScope(_ txn: Transaction, pool: IdentityPoolID, identity: IdentityID, dataset: DatasetName?) throws -> [(StreamName, UInt64)] {
         if let dataset {
+            guard dataset != DatasetName.redactions, dataset != DatasetName.syncTriggerAudit else { return [] }
             let stream = StreamName(pool: pool, identity: identity, dataset: dataset)
             return try head(txn, stream).map { [(stream, $0.id)] } ?? []
         }
         var streams: [(StreamName, UInt64)] = []
         try forEachStream(txn, prefix: StreamName.prefix(pool: pool, identity: identity)) { stream, head in
-            streams.append((stream, head.id))
+            if stream.dataset != DatasetName.redactions, stream.dataset != DatasetName.syncTriggerAudit { streams.append((stream, head.id)) }
             return true
         }
         return streams
@@ -191,8 +207,9 @@ extension Ledger {
         }
     }
 
-    /// Called for every stored entry of a pool's `redactions` stream (on the leader and on a
-    /// follower alike): erases what its records name in the history before it.
+    /// Called for every stored entry of a stream of redaction records (on the leader, on a
+    /// follower and on every cluster replica alike): erases what its records name in the
+    /// history before it.
     func storeRedaction(_ txn: Transaction, _ entry: LogEntry) throws {
         for case .put(let key, let value, _) in entry.events where key.hasPrefix("redaction/") {
             let redaction = try Self.decode(Redaction.self, value, stream: entry.stream)
@@ -200,15 +217,30 @@ extension Ledger {
         }
     }
 
-    /// Every redaction of `pool`, with the feed position of its record, in order.
-    public func redactions(pool: IdentityPoolID) throws -> [(sequence: UInt64, redaction: Redaction)] {
-        var result: [(UInt64, Redaction)] = []
-        try forEachEntry(in: Self.redactionsStream(pool)) { entry in
-            for case .put(let key, let value, _) in entry.events where key.hasPrefix("redaction/") {
-                result.append((entry.sequence, try Self.decode(Redaction.self, value, stream: entry.stream)))
+    /// Every redaction of `pool` (of one identity's values, when `identity` is given), with the
+    /// feed position of its record, in feed order.
+    public func redactions(pool: IdentityPoolID, identity: IdentityID? = nil) throws -> [(sequence: UInt64, redaction: Redaction)] {
+        var streams = [Self.legacyRedactionsStream(pool)]
+        if let identity {
+            streams.append(Self.redactionsStream(pool, identity))
+        } else {
+            try read { txn in
+                try forEachStream(txn, prefix: StreamName.prefix(pool: pool)) { stream, _ in
+                    if stream.dataset == DatasetName.redactions { streams.append(stream) }
+                    return true
+                }
             }
-            return true
         }
-        return result
+        var result: [(sequence: UInt64, redaction: Redaction)] = []
+        for stream in streams {
+            try forEachEntry(in: stream) { entry in
+                for case .put(let key, let value, _) in entry.events where key.hasPrefix("redaction/") {
+                    let redaction = try Self.decode(Redaction.self, value, stream: entry.stream)
+                    if identity.map({ $0.rawValue == redaction.identity }) ?? true { result.append((entry.sequence, redaction)) }
+                }
+                return true
+            }
+        }
+        return result.sorted { $0.sequence < $1.sequence }
     }
 }

@@ -319,7 +319,7 @@ public final class Ledger: Sendable {
         try txn.put(schema.index, key: buffers.index.bytes, value: buffers.sequence.bytes)
         if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id, known: message) }
         // A redaction's record erases what it names, wherever it is stored (a follower too).
-        if entry.stream.identity == Self.systemIdentity, entry.stream.dataset.rawValue == "redactions" { try storeRedaction(txn, entry) }
+        if Self.holdsRedactions(entry.stream) { try storeRedaction(txn, entry) }
     }
 
     /// The stream head after `entry` (its last stored entry), the name of a new stream, and the

@@ -57,6 +57,10 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
     /// `last/<dataset>`): in the identity's own shard, beside the writes it audits.
     public static let syncTriggerAudit = try! DatasetName(stored: "_syncledger.sync-trigger")
 
+    /// The dataset of an identity that records the redactions of its values (record
+    /// `redaction/<n>`): in the identity's own shard, with the removals a redaction appends.
+    public static let redactions = try! DatasetName(stored: "_syncledger.redactions")
+
     /// Whether the name is one of SyncLedger's own (`_syncledger.…`), which the Cognito API
     /// neither shows nor writes.
     public var isReserved: Bool { rawValue.hasPrefix("_syncledger.") }

@@ -110,7 +110,7 @@ extension Ledger {
         let timeRuleFrom = try read { txn in try txn.get(schema.meta, key: Schema.timeRuleFromKey)?.bigEndianUInt64() ?? 0 }
         var report = VerificationReport()
         do {
-            let (count, _) = try verifyStream(stream, id: head.id, timeRuleFrom: timeRuleFrom, redactions: try redactions(pool: stream.pool))
+            let (count, _) = try verifyStream(stream, id: head.id, timeRuleFrom: timeRuleFrom, redactions: try redactions(pool: stream.pool, identity: stream.identity))
             report.entries = count
             report.streams = 1
         } catch let failure as Failure {
