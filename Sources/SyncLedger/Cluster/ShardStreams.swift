@@ -26,6 +26,9 @@ public struct ShardStreamBatch: Sendable {
 /// any replica: a Cognito stream target's delivery moves with the shard's owner.
 extension Ledger {
     static let shardAppliedPrefix = Array("shard-applied/".utf8)
+    /// The same index the other way: feed position of a message's first entry → its shard,
+    /// sequence and entry count (what a live event's shard position is read from).
+    static let shardLocalPrefix = Array("shard-local/".utf8)
 
     static func shardAppliedKey(_ shard: Int, _ sequence: UInt64) -> [UInt8] {
         shardAppliedPrefix + .bigEndian(UInt64(shard)) + .bigEndian(sequence)
@@ -35,6 +38,45 @@ extension Ledger {
     func recordShardMessage(_ txn: Transaction, shard: Int, sequence: UInt64, firstLocal: UInt64, count: Int) throws {
         guard count > 0 else { return }
         try txn.put(schema.meta, key: Self.shardAppliedKey(shard, sequence), value: .bigEndian(firstLocal) + .bigEndian(UInt64(count)))
+        try txn.put(schema.meta, key: Self.shardLocalPrefix + .bigEndian(firstLocal),
+                    value: .bigEndian(UInt64(shard)) + .bigEndian(sequence) + .bigEndian(UInt64(count)))
+    }
+
+    /// For each change-feed position of `positions`, the shard message whose entries this
+    /// replica applied there: its shard, sequence, entry count, and the position's place among
+    /// its entries (1-based). Nil for a position no shard message put there (an entry written
+    /// before this ledger joined a cluster). One read transaction for all.
+    public func shardMessages(containing positions: [UInt64]) throws -> [(message: AppliedShardMessage, shard: Int, index: Int)?] {
+        try read { txn in
+            try txn.withCursor(schema.meta) { cursor in
+                try positions.map { local -> (message: AppliedShardMessage, shard: Int, index: Int)? in
+                    let key = Self.shardLocalPrefix + .bigEndian(local)
+                    var pair = try cursor.seek(atLeast: key)
+                    if pair.map({ $0.key != key }) ?? true { pair = try pair == nil ? cursor.last() : cursor.previous() }
+                    guard let found = pair, found.key.starts(with: Self.shardLocalPrefix), found.key.count == Self.shardLocalPrefix.count + 8,
+                          found.value.count == 24 else { return nil }
+                    let first = Array(found.key.suffix(8)).bigEndianUInt64()
+                    let shard = Int(Array(found.value.prefix(8)).bigEndianUInt64())
+                    let sequence = Array(found.value[8..<16]).bigEndianUInt64()
+                    let count = Int(Array(found.value.suffix(8)).bigEndianUInt64())
+                    guard local >= first, local - first < UInt64(count) else { return nil }
+                    return (AppliedShardMessage(sequence: sequence, firstLocal: first, count: count), shard, Int(local - first) + 1)
+                }
+            }
+        }
+    }
+
+    /// The change-feed position on this replica just after the first `entries` entries of message
+    /// `sequence` of `shard` (0: before the message; its count: after it): where reading on finds
+    /// what follows that point of the shard. A message this replica has not applied, or that
+    /// carried no entries, is placed before the next one it applied, else at the feed's end.
+    public func feedPosition(shard: Int, sequence: UInt64, entries: Int) throws -> UInt64 {
+        if sequence > 0, let message = try read({ txn in try txn.get(schema.meta, key: Self.shardAppliedKey(shard, sequence)) })
+            .map({ try Self.decodeApplied(key: Self.shardAppliedKey(shard, sequence), value: $0, shard: shard) }) {
+            return message.firstLocal - 1 + UInt64(min(max(entries, 0), message.count))
+        }
+        if let next = try appliedShardMessages(shard, after: sequence, limit: 1).first { return next.firstLocal - 1 }
+        return try lastSequence
     }
 
     /// Up to `limit` messages of `shard` that carried entries, after shard sequence `after`, in

@@ -50,6 +50,8 @@ struct EventRequest: Sendable {
     /// The change-feed position to resume after (`Last-Event-ID`, else `lastEventId`); nil:
     /// start at the current end of the log.
     var resumeAfter: UInt64?
+    /// On a cluster node, the shards' positions to resume after instead (``ShardEventPositions``).
+    var resumeAtShards: ShardEventPositions?
 
     /// Query parameters of `GET /events` besides the presigned URL's `X-Amz-*` ones.
     static let parameters: Set<String> = ["identityPoolId", "identityId", "datasetName", "lastEventId"]
@@ -63,7 +65,8 @@ struct EventRequest: Sendable {
     /// - Throws: ``WireError`` InvalidParameterException (400) for an unknown or repeated
     ///   parameter, an invalid name or a malformed event id; NotAuthorizedException (403) when
     ///   an identity's credential names another identity.
-    static func parse(query: [(String, String)], lastEventID: String?, credential: Credential) throws -> EventRequest {
+    ///   - shards: a cluster node's shard map (event ids are then ``ShardEventPositions``).
+    static func parse(query: [(String, String)], lastEventID: String?, credential: Credential, shards: ShardMap? = nil) throws -> EventRequest {
         var values: [String: String] = [:]
         for (name, value) in query where !name.hasPrefix("X-Amz-") {
             guard parameters.contains(name) else {
@@ -94,15 +97,19 @@ struct EventRequest: Sendable {
         if scope.identity == Ledger.systemIdentity {
             throw WireError.invalidParameter("identity id \(Ledger.systemIdentity) is reserved for SyncLedger's own records")
         }
-        let resume: UInt64?
+        let given: (text: String, source: String)?
         if let header = lastEventID, !header.isEmpty {
-            resume = try eventID(header, from: "Last-Event-ID")
+            given = (header, "Last-Event-ID")
         } else if let text = values["lastEventId"], !text.isEmpty {
-            resume = try eventID(text, from: "lastEventId")
+            given = (text, "lastEventId")
         } else {
-            resume = nil
+            given = nil
         }
-        return EventRequest(scope: scope, resumeAfter: resume)
+        guard let given else { return EventRequest(scope: scope) }
+        if let shards {
+            return EventRequest(scope: scope, resumeAtShards: try ShardEventPositions.parse(given.text, from: given.source, scope: scope, map: shards))
+        }
+        return EventRequest(scope: scope, resumeAfter: try eventID(given.text, from: given.source))
     }
 
     /// An event id: a change-feed position, 1-20 ASCII digits that fit 64 bits. Anything else

@@ -18,8 +18,11 @@ final class EventService: Sendable {
     let metrics: EventMetrics
     let options: EventStreamOptions
     let logger: Logger
+    /// A cluster node's shard map: event ids are then ``ShardEventPositions``, the same on every node.
+    let shards: ShardMap?
 
-    init(ledger: Ledger, authenticator: Authenticator, options: EventStreamOptions, maxConnections: Int, logger: Logger) {
+    init(ledger: Ledger, authenticator: Authenticator, options: EventStreamOptions, maxConnections: Int, logger: Logger, shards: ShardMap? = nil) {
+        self.shards = shards
         let metrics = EventMetrics()
         self.ledger = ledger
         self.authenticator = authenticator
@@ -54,15 +57,39 @@ final class EventService: Sendable {
             throw WireError.invalidParameter("the query string has a malformed percent-escape or is not UTF-8")
         }
         let credential = try authenticator.authenticate(request, queryPairs: query)
-        let parsed = try EventRequest.parse(query: query, lastEventID: request.header("last-event-id"), credential: credential)
+        let parsed = try EventRequest.parse(query: query, lastEventID: request.header("last-event-id"), credential: credential, shards: shards)
         let last = try ledger.lastSequence
         if let resume = parsed.resumeAfter, resume > last {
             throw WireError.invalidParameter("event id \(resume) is past the end of the log (\(last)): it was not sent by this server's ledger")
         }
         let ticket = try admission.admit(parsed.scope.identityKey)
         let subscriber = EventSubscriber(id: hub.nextID(), scope: parsed.scope, capacity: options.queueCapacity)
-        let session = EventSession(service: self, subscriber: subscriber, ticket: ticket, credential: credential, start: parsed.resumeAfter ?? last)
-        return (session, credential)
+        guard let shards else {
+            return (EventSession(service: self, subscriber: subscriber, ticket: ticket, credential: credential, start: parsed.resumeAfter ?? last), credential)
+        }
+        let positions: ShardEventPositions
+        var start = last
+        if let resume = parsed.resumeAtShards {
+            try await waitForReplica(resume)
+            positions = resume
+            start = try resume.feedStart(on: ledger)
+        } else {
+            positions = try ShardEventPositions.start(scope: parsed.scope, map: shards, ledger: ledger, at: last)
+        }
+        return (EventSession(service: self, subscriber: subscriber, ticket: ticket, credential: credential, start: start, positions: positions), credential)
+    }
+
+    /// A cluster stream resuming from positions this node's replica has not applied yet (the
+    /// client came from a node further on) waits for it, 3 s at most in all.
+    /// - Throws: 400 when it is still behind: the id was not sent by this cluster, or this node lags.
+    private func waitForReplica(_ resume: ShardEventPositions) async throws {
+        let deadline = ContinuousClock.now + .seconds(3)
+        for item in try resume.ahead(of: ledger) {
+            _ = try await ledger.waitForShard(item.shard, atLeast: item.wanted, timeout: max(.zero, deadline - .now))
+        }
+        if let first = try resume.ahead(of: ledger).first {
+            throw WireError.invalidParameter("the event id names message \(first.wanted) of shard \(first.shard), which this node's replica has not reached (it applied \(first.applied)): it was not sent by this cluster, or this node lags; retry")
+        }
     }
 
     /// Whether the credential a stream opened with may still be used: nil if so, else why not
@@ -112,18 +139,68 @@ struct EventSession: Sendable {
     /// Every event up to here was taken.
     private(set) var cursor: UInt64
     private var joined = false
+    /// On a cluster node, where the stream stands per shard: its event ids.
+    private var positions: ShardEventPositions?
+    /// The last id sent as a change-feed position (a single node's ids).
+    private var lastID: UInt64
 
-    init(service: EventService, subscriber: EventSubscriber, ticket: EventTicket, credential: Credential, start: UInt64) {
+    init(service: EventService, subscriber: EventSubscriber, ticket: EventTicket, credential: Credential, start: UInt64,
+         positions: ShardEventPositions? = nil) {
         self.service = service
         self.subscriber = subscriber
         self.ticket = ticket
         self.credential = credential
         self.start = start
         self.cursor = start
+        self.positions = positions
+        self.lastID = start
     }
 
-    /// The next events to send, a keep-alive, or the end.
+    /// The id the stream opens with: where it starts.
+    var initialID: String { positions?.text ?? "\(start)" }
+
+    /// The next events to send, each with its id, a keep-alive, or the end.
     mutating func next() async -> EventSubscriber.Batch {
+        var batch = await nextEvents()
+        guard batch.ending == nil else { return batch }
+        do { try label(&batch) } catch {
+            service.logger.error("an event stream could not read the shard index", metadata: ["error": "\(error)"])
+            subscriber.end(.failed)
+            return .init(ending: .failed)
+        }
+        return batch
+    }
+
+    /// Gives `batch`'s events their ids (and the keep-alive its id when it moved): on a single
+    /// node their feed positions; on a cluster node the stream's shard positions after each —
+    /// dropping an event whose shard position was sent before (a resumed stream reads the feed
+    /// from the earliest shard's place on).
+    private mutating func label(_ batch: inout EventSubscriber.Batch) throws {
+        guard var positions else {
+            batch.ids = batch.events.map { "\($0.sequence)" }
+            if let event = batch.events.last { lastID = event.sequence }
+            if let position = batch.keepAlive, position > lastID {
+                batch.keepAliveID = "\(position)"
+                lastID = position
+            }
+            return
+        }
+        let places = try service.ledger.shardMessages(containing: batch.events.map(\.sequence))
+        var kept: [StreamEvent] = []
+        for (event, place) in zip(batch.events, places) {
+            // An entry no shard message put here (written before this ledger joined a cluster)
+            // is sent as it is; the positions stay.
+            if let place, !positions.take(shard: place.shard, message: place.message, index: place.index) { continue }
+            kept.append(event)
+            batch.ids.append(positions.text)
+        }
+        batch.events = kept
+        if let position = batch.keepAlive, try positions.pass(through: position, on: service.ledger) { batch.keepAliveID = positions.text }
+        self.positions = positions
+    }
+
+    /// The next events, a keep-alive, or the end, before they are labelled.
+    private mutating func nextEvents() async -> EventSubscriber.Batch {
         if let ending = subscriber.ending { return .init(ending: ending) }
         if credential.isExpired(at: .now) {
             subscriber.end(.expired)

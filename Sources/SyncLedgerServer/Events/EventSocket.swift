@@ -50,9 +50,8 @@ enum EventSocket {
     /// frame its ending calls for. Returns the ending.
     private static func write(_ session: inout EventSession, _ outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>, state: SocketState) async -> EventSubscriber.Ending {
         let metrics = session.service.metrics
-        var lastID = session.start
         do {
-            try await outbound.write(text(position(lastID)))
+            try await outbound.write(text(position(session.initialID)))
             while true {
                 let batch = await session.next()
                 if let ending = batch.ending {
@@ -64,18 +63,14 @@ enum EventSocket {
                     }
                     return ending
                 }
-                var frames = batch.events.map { text($0.webSocketText) }
-                if let last = batch.events.last { lastID = last.sequence }
-                if let position = batch.keepAlive {
+                var frames = zip(batch.events, batch.ids).map { text($0.webSocketText(id: $1)) }
+                if batch.keepAlive != nil {
                     guard state.ping() else {
                         session.subscriber.end(.disconnected)  // the last ping was never answered
                         return .disconnected
                     }
                     frames.append(WebSocketFrame(fin: true, opcode: .ping, data: ByteBuffer()))
-                    if position > lastID {
-                        frames.append(text(Self.position(position)))
-                        lastID = position
-                    }
+                    if let id = batch.keepAliveID { frames.append(text(Self.position(id))) }
                 }
                 try await outbound.write(contentsOf: frames)
                 metrics.sent(batch.events.count)
@@ -118,7 +113,7 @@ enum EventSocket {
 
     private static func text(_ data: ByteBuffer) -> WebSocketFrame { WebSocketFrame(fin: true, opcode: .text, data: data) }
 
-    private static func position(_ id: UInt64) -> ByteBuffer { ByteBuffer(string: "{\"id\":\"\(id)\",\"type\":\"position\"}") }
+    private static func position(_ id: String) -> ByteBuffer { ByteBuffer(string: "{\"id\":\"\(id)\",\"type\":\"position\"}") }
 
     /// The close frame's code for an ending (nil: the client is gone, nothing to send).
     private static func closeCode(_ ending: EventSubscriber.Ending) -> WebSocketErrorCode? {

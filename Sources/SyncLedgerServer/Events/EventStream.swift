@@ -80,8 +80,7 @@ enum EventStream {
         channel.closeFuture.whenComplete { _ in subscriber.end(.disconnected) }
         var reason = EventSubscriber.Ending.disconnected
         await withTaskCancellationOrGracefulShutdownHandler {
-            var lastID = session.start
-            var buffer = ByteBuffer(string: "retry: \(retryMilliseconds)\nid: \(lastID)\n\n")
+            var buffer = ByteBuffer(string: "retry: \(retryMilliseconds)\nid: \(session.initialID)\n\n")
             do { try await writer.write(buffer) } catch { return }
             while true {
                 let batch = await session.next()
@@ -90,16 +89,10 @@ enum EventStream {
                     return
                 }
                 buffer.clear()
-                for event in batch.events {
-                    event.writeSSE(to: &buffer)
-                    lastID = event.sequence
-                }
-                if let position = batch.keepAlive {
+                for (event, id) in zip(batch.events, batch.ids) { event.writeSSE(to: &buffer, id: id) }
+                if batch.keepAlive != nil {
                     buffer.writeString(": keep-alive\n")
-                    if position > lastID {
-                        buffer.writeString("id: \(position)\n")
-                        lastID = position
-                    }
+                    if let id = batch.keepAliveID { buffer.writeString("id: \(id)\n") }
                     buffer.writeString("\n")
                 }
                 do { try await writer.write(buffer) } catch { return }

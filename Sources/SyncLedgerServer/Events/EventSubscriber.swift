@@ -32,6 +32,10 @@ final class EventSubscriber: Sendable {
         var keepAlive: UInt64?
         /// The stream is over (events still queued are dropped: the client resumes from the log).
         var ending: Ending?
+        /// Each event's id, as the session labels them (``EventSession/next()``).
+        var ids: [String] = []
+        /// The id to send with the keep-alive, when it moved past the last one sent.
+        var keepAliveID: String?
     }
 
     private struct State {

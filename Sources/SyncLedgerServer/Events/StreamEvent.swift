@@ -36,17 +36,17 @@ struct StreamEvent: Sendable {
 
     /// The Server-Sent Events block: `id`, `event: dataset`, `data` (JSON escapes every control
     /// character, so the data is one line).
-    func writeSSE(to buffer: inout ByteBuffer) {
-        buffer.writeString("id: \(sequence)\nevent: dataset\ndata: ")
+    func writeSSE(to buffer: inout ByteBuffer, id: String) {
+        buffer.writeString("id: \(id)\nevent: dataset\ndata: ")
         buffer.writeBytes(json)
         buffer.writeString("\n\n")
     }
 
     /// The WebSocket text message: the same object with `"id"` (the SSE id, as a string) first.
-    var webSocketText: ByteBuffer {
+    func webSocketText(id: String) -> ByteBuffer {
         var buffer = ByteBuffer()
-        buffer.reserveCapacity(json.count + 32)
-        buffer.writeString("{\"id\":\"\(sequence)\",")
+        buffer.reserveCapacity(json.count + id.utf8.count + 16)
+        buffer.writeString("{\"id\":\"\(id)\",")
         buffer.writeBytes(json.dropFirst())
         return buffer
     }
