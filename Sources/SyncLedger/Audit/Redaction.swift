@@ -135,17 +135,17 @@ extension Ledger {
     }
 
     /// The streams a redaction covers, with their ids: every stream of the identity (device
-    /// messages too; not its records of redactions and SyncTrigger invocations, which hold no
-    /// user values), or the one dataset.
+    /// messages too; not SyncLedger's records about it — redactions, SyncTrigger invocations,
+    /// merge copies — which hold no user values), or the one dataset.
     func redactionScope(_ txn: Transaction, pool: IdentityPoolID, identity: IdentityID, dataset: DatasetName?) throws -> [(StreamName, UInt64)] {
         if let dataset {
-            guard dataset != DatasetName.redactions, dataset != DatasetName.syncTriggerAudit else { return [] }
+            guard !dataset.isAuditRecord else { return [] }
             let stream = StreamName(pool: pool, identity: identity, dataset: dataset)
             return try head(txn, stream).map { [(stream, $0.id)] } ?? []
         }
         var streams: [(StreamName, UInt64)] = []
         try forEachStream(txn, prefix: StreamName.prefix(pool: pool, identity: identity)) { stream, head in
-            if stream.dataset != DatasetName.redactions, stream.dataset != DatasetName.syncTriggerAudit { streams.append((stream, head.id)) }
+            if !stream.dataset.isAuditRecord { streams.append((stream, head.id)) }
             return true
         }
         return streams

@@ -103,6 +103,7 @@ extension Ledger {
             return true
         }
         var copies: [MergedDataset] = []
+        let deferred = defersMergeCopies(pool: pool, destination: destination)
         for (stream, sourceHead) in sources {
             guard let meta = try dataset(txn, id: sourceHead.id, stream: stream), !meta.deleted else { continue }
             let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: sourceHead.id)
@@ -121,9 +122,19 @@ extension Ledger {
             let rootStream = StreamName(pool: pool, identity: destinationID, dataset: stream.dataset)
             let rootMeta = try head(txn, rootStream).flatMap { try dataset(txn, id: $0.id, stream: rootStream) }
             let change = try validateChange(events, for: target, describe: { "record \($0) of \(root)" })
-            let (_, written) = try appendUser(txn, to: target, origin: try ChangeOrigin(author: author), change: change, admission: .merge)
+            let childDeletes: UInt64
+            if deferred {
+                // On a cluster the survivor's shard owner makes the copy next (ClusterMerges.swift).
+                let pending = PendingMergeCopy(pool: pool.rawValue, destination: destination, child: child.rawValue, sourceIdentity: source,
+                                               sourceDataset: root, sourceSyncCount: sourceHead.offset, author: author, merged: now)
+                edit.set(Self.pendingCopyPrefix + destination + "/" + child.rawValue, Self.json(pending))
+                childDeletes = existing?.lastDeleteSyncCount ?? 0  // a put leaves it as it is
+            } else {
+                let (_, written) = try appendUser(txn, to: target, origin: try ChangeOrigin(author: author), change: change, admission: .merge)
+                childDeletes = written.dataset?.lastDeleteSyncCount ?? 0
+            }
             let record = MergedDataset(root: root, child: child.rawValue, sourceIdentity: source, sourceDataset: root, sourceSyncCount: sourceHead.offset,
-                                       rootDeletes: rootMeta?.lastDeleteSyncCount ?? 0, childDeletes: written.dataset?.lastDeleteSyncCount ?? 0, merged: now)
+                                       rootDeletes: rootMeta?.lastDeleteSyncCount ?? 0, childDeletes: childDeletes, merged: now)
             edit.set(Self.mergedPrefix(identity: destination, root: root) + child.rawValue, Self.json(record))
             copies.append(record)
         }

@@ -52,7 +52,7 @@ extension Ledger {
         let now = options.clock()
         let limit = options.limits.maxIdentitiesPerPool
         let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"
-        return try await write { [self] txn -> SignInResult in
+        let result = try await write { [self] txn -> SignInResult in
             var edit = try IdentityEdit(txn, ledger: self, pool: pool)
             var owners: [String] = []
             for login in logins {
@@ -129,6 +129,9 @@ extension Ledger {
             return SignInResult(identity: survivor.id, created: created,
                                 merge: merged.isEmpty ? nil : MergeSummary(survivor: survivor.id, merged: merged, datasets: copies))
         }
+        // On a cluster, a merge's copies are made by the survivor's shard owner: answer once they are here.
+        try await waitForMergeCopies(result.merge, pool: pool, timeout: options.mergeCopyWait)
+        return result
     }
 
     /// Merges identity `source` into `destination` (MergeDeveloperIdentities, `syncledger
@@ -137,13 +140,16 @@ extension Ledger {
     public func mergeIdentities(pool: IdentityPoolID, source: String, into destination: String, caller: String) async throws -> MergeSummary {
         let definition = try requireIdentityPool(pool)
         let now = options.clock()
-        return try await write { [self] txn -> MergeSummary in
+        let summary = try await write { [self] txn -> MergeSummary in
             var edit = try IdentityEdit(txn, ledger: self, pool: pool)
             let copies = try mergeIdentity(txn, &edit, pool: pool, source: source, into: destination,
                                            developerProvider: definition.developerProviderName, author: caller, now: now)
             _ = try self.append(txn, to: edit.stream, author: caller, events: edit.events())
             return MergeSummary(survivor: destination, merged: [source], datasets: copies)
         }
+        // On a cluster, the copies are made by the survivor's shard owner: answer once they are here.
+        try await waitForMergeCopies(summary, pool: pool, timeout: options.mergeCopyWait)
+        return summary
     }
 
     /// MergeDeveloperIdentities: the identity of developer user `source` is merged into the

@@ -320,6 +320,10 @@ public final class Ledger: Sendable {
         if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id, known: message) }
         // A redaction's record erases what it names, wherever it is stored (a follower too).
         if Self.holdsRedactions(entry.stream) { try storeRedaction(txn, entry) }
+        // A merge's copies on a cluster: the list of those this replica has yet to see made.
+        if entry.stream.dataset == DatasetName.merges || (entry.stream.identity == Self.systemIdentity && entry.stream.dataset.rawValue == "identities") {
+            try notePendingCopies(txn, entry)
+        }
     }
 
     /// The stream head after `entry` (its last stored entry), the name of a new stream, and the

@@ -62,6 +62,9 @@ public struct LedgerOptions: Sendable {
     /// a cluster's nodes derive one from their shared admin secret, so a token one node issued
     /// verifies on every other. Nil (default): the key kept in the secret store.
     public var tokenKey: [UInt8]?
+    /// On a cluster, how long an identity merge waits for the survivor's shard owner to make its
+    /// copies before it answers (they are made all the same afterwards).
+    public var mergeCopyWait: Duration = .seconds(5)
 
     /// The defaults: durable, Cognito's limits, 10-minute sessions.
     public init() {}

@@ -61,6 +61,14 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
     /// `redaction/<n>`): in the identity's own shard, with the removals a redaction appends.
     public static let redactions = try! DatasetName(stored: "_syncledger.redactions")
 
+    /// The dataset of an identity that records the copies identity merges made into it on a
+    /// cluster (record `copied/<dataset>`), in the same commit as each copy.
+    public static let merges = try! DatasetName(stored: "_syncledger.merges")
+
+    /// Whether it is one of SyncLedger's records about an identity (its redactions, SyncTrigger
+    /// invocations, merge copies) rather than the identity's data (its datasets, its messages).
+    public var isAuditRecord: Bool { isReserved && self != DatasetName.messages }
+
     /// Whether the name is one of SyncLedger's own (`_syncledger.…`), which the Cognito API
     /// neither shows nor writes.
     public var isReserved: Bool { rawValue.hasPrefix("_syncledger.") }

@@ -86,11 +86,14 @@ extension Ledger {
 
     /// Reads one record of a stream (nil when absent or removed).
     func recordValue(_ stream: StreamName, key: String) throws -> String? {
-        try read { txn in
-            guard let head = try head(txn, stream) else { return nil }
-            let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: head.id)
-            return try view.storedRecord(key)?.value
-        }
+        try read { txn in try recordValue(txn, stream, key: key) }
+    }
+
+    /// ``recordValue(_:key:)`` in `txn`.
+    func recordValue(_ txn: Transaction, _ stream: StreamName, key: String) throws -> String? {
+        guard let head = try head(txn, stream) else { return nil }
+        let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: head.id)
+        return try view.storedRecord(key)?.value
     }
 
     /// The live records of `stream` whose keys start with `prefix` (at most 400 UTF-8 bytes,

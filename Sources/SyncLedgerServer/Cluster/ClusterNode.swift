@@ -45,7 +45,10 @@ public final class ClusterNode: Sendable {
                 tail: ShardTail(shards: shards, nodeID: options.nodeID, ledger: ledger, jetStream: jetStream, ownership: ownership, counters: counters, logger: logger),
                 bucket: bucket, streamCursors: ClusterStreamCursors(bucket: buckets.streams))
             ledger.bindCluster(log)
-            node.tasks.withLock { tasks in tasks.append(Task { await node.tail.run() }) }
+            node.tasks.withLock { tasks in
+                tasks.append(Task { await node.tail.run() })
+                tasks.append(Task { await node.makeMergeCopies(ledger: ledger, logger: logger) })
+            }
             return node
         } catch {
             await client.close()
@@ -80,6 +83,23 @@ public final class ClusterNode: Sendable {
         for task in running { await task.value }
         await leases.handBackAll()
         await client.close()
+    }
+
+    /// Makes the copies identity merges left for the shards this node owns (see
+    /// ``Ledger/completePendingMergeCopies(owns:)``): after every commit this replica applies,
+    /// and every second, until cancelled.
+    private func makeMergeCopies(ledger: Ledger, logger: Logger) async {
+        while !Task.isCancelled {
+            let seen = ledger.commitSignal.generation
+            do {
+                let made = try await ledger.completePendingMergeCopies(owns: ownership.owns)
+                if made > 0 { logger.info("made the copies of identity merges", metadata: ["copies": "\(made)"]) }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("could not make an identity merge's copies yet; trying again", metadata: ["error": "\(error)"])
+            }
+            _ = await ledger.commitSignal.wait(after: seen, timeout: .seconds(1))
+        }
     }
 
     /// The key that signs session and paging tokens on every node of a cluster: HKDF-SHA256 of
