@@ -206,7 +206,9 @@ public enum SyncLedgerServer {
             logger.info("cluster node", metadata: ["node": "\(options.nodeID)", "shards": "\(options.shards)", "replicas": "\(options.replicas)"])
         }
         let cluster = joined
-        let forwarder = cluster.map { ClusterForwarder(nodeID: $0.nodeID) }
+        // The owner may first finish taking the shard (up to a lease and a round): the answer is
+        // waited for that long and 15 s more.
+        let forwarder = cluster.map { ClusterForwarder(nodeID: $0.nodeID, timeout: $0.handoverTime + .seconds(15)) }
         let (admin, configured) = try adminCredential(configuration, ledger)
         let configuredAdmin = configured ? admin : nil
         var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: configuredAdmin, regions: Set(configuration.regions)))

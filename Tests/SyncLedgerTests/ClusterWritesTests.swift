@@ -33,6 +33,8 @@ import SyncLedgerTestSupport
             }
         }
 
+        func lastSequence(_ shard: Int) async throws -> UInt64 { UInt64(messages.withLock { $0[shard]?.count ?? 0 }) }
+
         /// Applies every message `replica` has not applied yet, shard by shard, in order.
         func deliver(to replica: Ledger) async throws {
             for (shard, list) in messages.withLock({ $0 }) {

@@ -57,6 +57,73 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func theShardSequenceAtAFeedPositionIsFoundAcrossFencesAndOtherShards() async throws {
+        let log = try ListShardLog(shards: 2)
+        try await withLedger { owner in
+            try await withLedger { replica in
+                try await write(owner, log)
+                // The replica applies shard 0 with a fence before every third message (so its
+                // sequences have gaps in the index) and shard 1's messages in between.
+                let all = log.messages.withLock { $0 }
+                var zero = 0, one = 0, sequence: UInt64 = 0
+                let first = all[0] ?? [], second = all[1] ?? []
+                while zero < first.count || one < second.count {
+                    if zero < first.count {
+                        sequence += 1
+                        if zero % 3 == 0 {
+                            try await replica.applyShardFence(Array("fence".utf8), shard: 0, sequence: sequence)
+                            sequence += 1
+                        }
+                        try await replica.applyShardMessage(bytes: first[zero], shard: 0, of: log.shards, sequence: sequence)
+                        zero += 1
+                    }
+                    if one < second.count {
+                        try await replica.applyShardMessage(bytes: second[one], shard: 1, of: log.shards, sequence: UInt64(one + 1))
+                        one += 1
+                    }
+                }
+                let messages = try replica.appliedShardMessages(0, after: 0, limit: 100)
+                #expect(messages.count == first.count && messages.first?.sequence == 2)
+                for local in 0...(try replica.lastSequence + 1) {
+                    let expected = messages.last(where: { $0.firstLocal <= local })?.sequence ?? 0
+                    #expect(try replica.shardSequence(0, appliedThrough: local) == expected, "at feed position \(local)")
+                }
+                #expect(try replica.shardIndexStart(0) == 1)
+            }
+        }
+    }
+
+    @Test func aReplicaThatAppliedMessagesBeforeItKeptTheIndexRefusesToReadFromThere() async throws {
+        let log = try ListShardLog(shards: 1)
+        try await withLedger { owner in
+            try await withLedger { replica in
+                try await write(owner, log)
+                let all = log.messages.withLock { $0[0] ?? [] }
+                for i in 0..<3 { try await replica.applyShardMessage(bytes: all[i], shard: 0, of: log.shards, sequence: UInt64(i + 1)) }
+                // As if a version that kept no index had applied those three.
+                try await replica.writeLocal { txn in
+                    for prefix in [Ledger.shardAppliedPrefix, Ledger.shardLocalPrefix, Array("shard-indexed-from/".utf8)] {
+                        let keys = try txn.withCursor(replica.schema.meta) { cursor -> [[UInt8]] in
+                            var found: [[UInt8]] = []
+                            var pair = try cursor.seek(atLeast: prefix)
+                            while let current = pair, current.key.starts(with: prefix) { found.append(Array(current.key)); pair = try cursor.next() }
+                            return found
+                        }
+                        for key in keys { _ = try txn.delete(replica.schema.meta, key: key) }
+                    }
+                }
+                #expect(try replica.shardIndexStart(0) == 4)
+                for i in 3..<all.count { try await replica.applyShardMessage(bytes: all[i], shard: 0, of: log.shards, sequence: UInt64(i + 1)) }
+                #expect(try replica.shardIndexStart(0) == 4)
+                let pool = try IdentityPoolID("test:0")
+                let error = await expectLedgerError(.unavailable) { _ = try replica.shardStreamBatch(pool: pool, shard: 0, after: 1, through: .max) }
+                #expect(error?.message.contains("from message 4 on") == true)
+                await expectLedgerError(.unavailable) { _ = try replica.feedPosition(shard: 0, sequence: 2, entries: 1) }
+                #expect(try replica.shardStreamBatch(pool: pool, shard: 0, after: 3, through: .max).records.count == 9)
+            }
+        }
+    }
+
     @Test func aBatchEndsBetweenMessagesAndBeforeWhatWasAppliedAfterTheSettingsWereRead() async throws {
         let log = try ListShardLog(shards: 1)
         try await withLedger { owner in

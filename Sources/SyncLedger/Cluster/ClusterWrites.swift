@@ -90,6 +90,7 @@ extension Ledger {
                 // Entries already present (a ledger imported into the cluster) are skipped: the
                 // ones appended sit together from `first` on.
                 try recordShardMessage(txn, shard: shard, sequence: sequence, firstLocal: first, count: report.applied)
+                try noteIndexStart(txn, shard: shard, sequence: sequence)
                 try txn.put(schema.meta, key: Self.shardCheckpointKey(shard), value: .bigEndian(sequence))
             }
             for (db, key, value) in effects { try txn.put(db, key: key, value: value) }
@@ -120,6 +121,7 @@ extension Ledger {
     public func applyShardFence(_ note: [UInt8], shard: Int, sequence: UInt64) async throws -> Bool {
         try await writeLocal { [self] txn in
             guard try isNextShardMessage(txn, shard, sequence) else { return false }
+            try noteIndexStart(txn, shard: shard, sequence: sequence)
             try txn.put(schema.meta, key: Self.shardCheckpointKey(shard), value: .bigEndian(sequence))
             try txn.put(schema.meta, key: Self.shardFenceKey(shard), value: .bigEndian(sequence) + note)
             return true

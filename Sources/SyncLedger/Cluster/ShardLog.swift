@@ -21,6 +21,9 @@ public protocol ShardLog: Sendable {
     ///   ``LedgerError`` `.unavailable` when this node does not own the shard, was fenced, or
     ///   the log did not answer in time. Nothing was acknowledged then.
     func append(_ segment: Segment, shard: Int, after: UInt64) async throws -> UInt64
+
+    /// The sequence of the last message in `shard`'s log (0: none), as the log holds it now.
+    func lastSequence(_ shard: Int) async throws -> UInt64
 }
 
 /// Why a shard log refused an append that may be retried.

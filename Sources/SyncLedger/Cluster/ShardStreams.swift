@@ -34,6 +34,33 @@ extension Ledger {
         shardAppliedPrefix + .bigEndian(UInt64(shard)) + .bigEndian(sequence)
     }
 
+    static func shardIndexStartKey(_ shard: Int) -> [UInt8] { Array("shard-indexed-from/".utf8) + .bigEndian(UInt64(shard)) }
+
+    /// Notes, at the first message of `shard` this replica applies with the index kept (a
+    /// replica that applied earlier ones with a version that kept none), where the index starts.
+    func noteIndexStart(_ txn: Transaction, shard: Int, sequence: UInt64) throws {
+        let key = Self.shardIndexStartKey(shard)
+        if try txn.get(schema.meta, key: key) == nil { try txn.put(schema.meta, key: key, value: .bigEndian(sequence)) }
+    }
+
+    /// The first message of `shard` from which this replica's index is complete: 1 for a replica
+    /// that applied the shard from its start with it, later for one that applied earlier messages
+    /// before it kept the index. A cursor or event id before it cannot be read on this replica.
+    public func shardIndexStart(_ shard: Int) throws -> UInt64 {
+        try read { txn in
+            if let stored = try txn.get(schema.meta, key: Self.shardIndexStartKey(shard)) { return stored.bigEndianUInt64() }
+            return try shardCheckpoint(txn, shard) + 1
+        }
+    }
+
+    /// Throws when this replica cannot read `shard` from after `position` (see ``shardIndexStart(_:)``).
+    func requireIndexed(_ shard: Int, after position: UInt64) throws {
+        let start = try shardIndexStart(shard)
+        guard position + 1 >= start else {
+            throw LedgerError(.unavailable, "this replica keeps the index of shard \(shard) from message \(start) on (it applied earlier ones with a version that kept none), so it cannot read from message \(position + 1): let a node started on an empty directory own the shard, or rebuild this one from an empty directory")
+        }
+    }
+
     /// Notes that message `sequence` of `shard` put its `count` entries at `firstLocal` on.
     func recordShardMessage(_ txn: Transaction, shard: Int, sequence: UInt64, firstLocal: UInt64, count: Int) throws {
         guard count > 0 else { return }
@@ -71,6 +98,7 @@ extension Ledger {
     /// what follows that point of the shard. A message this replica has not applied, or that
     /// carried no entries, is placed before the next one it applied, else at the feed's end.
     public func feedPosition(shard: Int, sequence: UInt64, entries: Int) throws -> UInt64 {
+        try requireIndexed(shard, after: sequence)
         if sequence > 0, let message = try read({ txn in try txn.get(schema.meta, key: Self.shardAppliedKey(shard, sequence)) })
             .map({ try Self.decodeApplied(key: Self.shardAppliedKey(shard, sequence), value: $0, shard: shard) }) {
             return message.firstLocal - 1 + UInt64(min(max(entries, 0), message.count))
@@ -104,15 +132,27 @@ extension Ledger {
         let prefix = Self.shardAppliedPrefix + .bigEndian(UInt64(shard))
         return try read { txn in
             try txn.withCursor(schema.meta) { cursor in
-                // From the shard's last message back: a target starts near the log's end.
-                // The first key past the shard's (there is none at sequence UInt64.max), then back.
-                var pair = try cursor.seek(atLeast: Self.shardAppliedKey(shard, .max)) == nil ? try cursor.last() : try cursor.previous()
-                while let current = pair, current.key.starts(with: prefix) {
-                    let message = try Self.decodeApplied(key: current.key, value: current.value, shard: shard)
-                    if message.firstLocal <= local { return message.sequence }
-                    pair = try cursor.previous()
+                // The shard's last indexed message: the first key past the shard's (there is none
+                // at sequence UInt64.max), then one back.
+                let beyond = try cursor.seek(atLeast: Self.shardAppliedKey(shard, .max))
+                guard let lastPair = try beyond == nil ? cursor.last() : cursor.previous(), lastPair.key.starts(with: prefix) else { return 0 }
+                let last = try Self.decodeApplied(key: lastPair.key, value: lastPair.value, shard: shard)
+                if last.firstLocal <= local { return last.sequence }
+                // Feed positions grow with the shard's sequences: a binary search over them,
+                // `low` an indexed message at or before `local` (0: none), `high` one after it.
+                var low: UInt64 = 0, high = last.sequence
+                while high - low > 1 {
+                    let middle = low + (high - low) / 2
+                    // The first indexed message at or after `middle`.
+                    let pair = try cursor.seek(atLeast: Self.shardAppliedKey(shard, middle))
+                    guard let pair, pair.key.starts(with: prefix),
+                          case let found = try Self.decodeApplied(key: pair.key, value: pair.value, shard: shard), found.sequence < high else {
+                        high = middle  // nothing indexed in [middle, high)
+                        continue
+                    }
+                    if found.firstLocal <= local { low = found.sequence } else { high = found.sequence }
                 }
-                return 0
+                return low
             }
         }
     }
@@ -137,6 +177,7 @@ extension Ledger {
     /// position and, beside it, `shard` and `shardSequence`: the same on every node.
     public func shardStreamBatch(pool: IdentityPoolID, shard: Int, after cursor: UInt64, through: UInt64, maxRecords: Int = 500,
                                  maxBytes: Int = 1 << 20, scanLimit: Int = 20_000, reference: StreamPayloadReference? = nil) throws -> ShardStreamBatch {
+        try requireIndexed(shard, after: cursor)
         var batch = ShardStreamBatch(records: [], last: cursor)
         var bytes = 0
         var scanned = 0

@@ -89,17 +89,35 @@ extension Ledger {
     /// validation and `apply` as every write (admitted past the dataset limits, as a merge's copy
     /// is), with its `copied/<copy>` record in the same commit. A copy whose source this replica
     /// has not caught up with waits; one whose name was taken meanwhile by a live dataset is
-    /// not made (and recorded so). Idempotent.
+    /// not made (and recorded so), and so is one the rules refuse (a limit changed since). Each
+    /// copy on its own: one that fails for a while (this node lost the shard, the log did not
+    /// answer) does not hold up the others. Idempotent.
     /// - Returns: how many were made (or recorded as not made).
+    /// - Throws: the first error of a copy left for later, after trying the others.
     @discardableResult
     public func completePendingMergeCopies(owns: (Int) -> Bool) async throws -> Int {
         guard let map = cluster.current?.shards else { return 0 }
         var done = 0
+        var failure: (any Error)?
         for copy in try pendingMergeCopies() where owns(map.shard(pool: copy.pool, identity: copy.destination)) {
+            do {
+                if try await makeCopy(copy) { done += 1 }
+            } catch {
+                failure = failure ?? error
+            }
+        }
+        if let failure { throw failure }
+        return done
+    }
+
+    /// Makes one pending copy (see ``completePendingMergeCopies(owns:)``); false when its source
+    /// is not here yet.
+    private func makeCopy(_ copy: PendingMergeCopy) async throws -> Bool {
+        do {
             let pool = try IdentityPoolID(copy.pool)
             let destination = try IdentityID(copy.destination)
             let source = StreamName(pool: pool, identity: try IdentityID(copy.sourceIdentity), dataset: try DatasetName(copy.sourceDataset))
-            guard try read({ txn in try head(txn, source)?.offset ?? 0 }) >= copy.sourceSyncCount else { continue }
+            guard try read({ txn in try head(txn, source)?.offset ?? 0 }) >= copy.sourceSyncCount else { return false }
             let state = try dataset(source, asOfSyncCount: copy.sourceSyncCount)
             let events = state.records.sorted { $0.key.string < $1.key.string }.compactMap { key, record -> Event? in
                 record.value.map { .put(key: key.string, value: $0, deviceModified: record.deviceModified) }
@@ -109,20 +127,47 @@ extension Ledger {
             try await write { [self] txn in
                 let marker = Self.mergesStream(pool, destination)
                 guard try recordValue(txn, marker, key: Self.copiedPrefix + copy.child) == nil else { return }
-                var outcome = "copied"
+                var outcome = Self.copiedOutcome
                 let existing = try head(txn, target).flatMap { try dataset(txn, id: $0.id, stream: target) }
                 if let existing, !existing.deleted {
                     outcome = "not copied: the survivor already has a live dataset of that name"
                 } else if !events.isEmpty {
-                    let change = try validateChange(events, for: target, describe: { "record \($0) of \(copy.sourceDataset)" })
-                    _ = try appendUser(txn, to: target, origin: origin, change: change, admission: .merge)
+                    do {
+                        let change = try validateChange(events, for: target, describe: { "record \($0) of \(copy.sourceDataset)" })
+                        _ = try txn.nested { inner in try appendUser(inner, to: target, origin: origin, change: change, admission: .merge) }
+                    } catch let refused as LedgerError where [.invalidParameter, .limitExceeded].contains(refused.code) {
+                        outcome = "not copied: \(refused.message)"
+                    }
                 }
                 let note = Self.json(["source": "\(copy.sourceIdentity)/\(copy.sourceDataset)", "sourceSyncCount": "\(copy.sourceSyncCount)", "outcome": outcome])
                 _ = try self.append(txn, to: marker, author: origin.author, events: [.put(key: Self.copiedPrefix + copy.child, value: note, deviceModified: nil)])
             }
-            done += 1
+            return true
         }
-        return done
+    }
+
+    static let copiedOutcome = "copied"
+
+    /// Whether the merge copy `child` of `identity` was recorded as not made (its name was taken,
+    /// or the rules refused it): such a copy is not reported as merged.
+    func mergeCopyRefused(_ txn: Transaction, pool: IdentityPoolID, identity: IdentityID, child: String) throws -> Bool {
+        guard let note = try recordValue(txn, Self.mergesStream(pool, identity), key: Self.copiedPrefix + child) else { return false }
+        let outcome = (try? Self.decode([String: String].self, note, stream: Self.mergesStream(pool, identity)))?["outcome"]
+        return outcome != Self.copiedOutcome
+    }
+
+    /// On a cluster, lets this replica catch up with the shards of `identities` before a merge
+    /// reads their datasets (it runs on the registry shard's owner, whose replica of the other
+    /// shards trails their owners): what was acknowledged on them before is in the copies.
+    /// - Throws: `.unavailable` when a shard did not catch up within `timeout` (nothing written).
+    func catchUp(pool: IdentityPoolID, identities: [String], timeout: Duration) async throws {
+        guard let log = cluster.current else { return }
+        for shard in Set(identities.map { log.shards.shard(pool: pool.rawValue, identity: $0) }).sorted() {
+            let last = try await log.lastSequence(shard)
+            guard try await waitForShard(shard, atLeast: last, timeout: timeout) else {
+                throw LedgerError(.unavailable, "this node's replica of shard \(shard) did not catch up with its log (at \(last)) within \(timeout); nothing was merged, retry")
+            }
+        }
     }
 
     /// Waits, at most `timeout`, until this replica holds the copies `merge` left pending (the

@@ -154,7 +154,8 @@ extension Ledger {
             guard merge.rootDeletes == rootDeletes, let name = try? DatasetName(merge.child) else { continue }
             let child = StreamName(pool: stream.pool, identity: stream.identity, dataset: name)
             guard let meta = try self.head(txn, child).flatMap({ try dataset(txn, id: $0.id, stream: child) }),
-                  !meta.deleted, meta.lastDeleteSyncCount == merge.childDeletes else { continue }
+                  !meta.deleted, meta.lastDeleteSyncCount == merge.childDeletes,
+                  try !mergeCopyRefused(txn, pool: stream.pool, identity: stream.identity, child: merge.child) else { continue }
             names.append(merge.child)
         }
         return names

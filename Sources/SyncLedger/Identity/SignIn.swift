@@ -49,6 +49,17 @@ extension Ledger {
         }) {
             return unchanged
         }
+        if cluster.current != nil {
+            // A merge reads the identities' datasets from this replica: on a cluster, let it
+            // catch up with their shards first (the common sign-in, which merges nothing, skips this).
+            let involved = try read { [self] txn -> [String] in
+                let edit = try IdentityEdit(txn, ledger: self, pool: pool)
+                var ids = Set(try logins.compactMap { try edit.owner($0) })
+                if let named { ids.insert(named) }
+                return ids.sorted()
+            }
+            if involved.count > 1 { try await catchUp(pool: pool, identities: involved, timeout: .seconds(5)) }
+        }
         let now = options.clock()
         let limit = options.limits.maxIdentitiesPerPool
         let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"
@@ -139,6 +150,7 @@ extension Ledger {
     /// ``mergeIdentity(_:_:pool:source:into:developerProvider:author:now:)``.
     public func mergeIdentities(pool: IdentityPoolID, source: String, into destination: String, caller: String) async throws -> MergeSummary {
         let definition = try requireIdentityPool(pool)
+        try await catchUp(pool: pool, identities: [source, destination], timeout: .seconds(5))
         let now = options.clock()
         let summary = try await write { [self] txn -> MergeSummary in
             var edit = try IdentityEdit(txn, ledger: self, pool: pool)

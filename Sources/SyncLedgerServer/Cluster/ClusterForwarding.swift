@@ -21,7 +21,7 @@ struct ClusterForwarder: Sendable {
     let timeout: Duration
 
     init(nodeID: String, timeout: Duration = .seconds(15)) {
-        var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(2), read: .seconds(15)))
+        var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(2), read: .init(timeout)))
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         configuration.decompression = .disabled
         configuration.redirectConfiguration = .disallow

@@ -115,16 +115,21 @@ final class ClusterStreamCursors: Sendable {
         return progress.started == started ? (progress, entry.revision) : nil
     }
 
-    /// Stores `progress` if the stored one is still at `revision` (0: none, or another run's
-    /// at any revision). - Throws: ``Moved`` when another node stored progress since.
+    /// Stores `progress` if the stored one is still at `revision`; with revision 0 (this node
+    /// has not stored any of this run), over nothing or another run's progress only.
+    /// - Throws: ``Moved`` when another node stored progress of this run since.
     func saveBulkProgress(_ progress: BulkPublishProgress, revision: UInt64) async throws -> UInt64 {
         let key = Self.bulkKey(pool: progress.pool)
         let bytes = Array(try JSONEncoder().encode(progress))
-        do {
-            if revision == 0, let existing = try await bucket.entry(key) {
-                return try await bucket.update(key, bytes, lastRevision: existing.revision)
+        var expected = revision
+        if revision == 0, let existing = try await bucket.entry(key) {
+            if existing.operation == .put, (try? JSONDecoder().decode(BulkPublishProgress.self, from: Data(existing.value)))?.started == progress.started {
+                throw Moved(key: key)  // another owner of the registry shard started this run
             }
-            return try await bucket.update(key, bytes, lastRevision: revision)
+            expected = existing.revision
+        }
+        do {
+            return try await bucket.update(key, bytes, lastRevision: expected)
         } catch let error where error.isWrongLastSequence {
             throw Moved(key: key)
         }

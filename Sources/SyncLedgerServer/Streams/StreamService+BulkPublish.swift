@@ -37,7 +37,7 @@ extension StreamService {
         guard let configuration = try ledger.secrets.streamSink(name: name) else {
             return try await endBulkPublish(pool, started: started, failure: "no sink is configured for stream \(name) (syncledger streams configure)")
         }
-        var (progress, revision) = try await loadBulkProgress(pool, started: started)
+        guard var (progress, revision) = try await loadBulkProgress(pool, started: started) else { return false }
         let after = try progress.afterIdentity.map { identity in
             StreamName(pool: pool, identity: try IdentityID(identity), dataset: try DatasetName(progress.afterDataset ?? ""))
         }
@@ -75,12 +75,18 @@ extension StreamService {
     /// Where `pool`'s run that started at `started` stands: this node's store, or on a cluster
     /// node the cluster's bucket (with the revision to update it from; the progress moves with
     /// the registry shard's owner). A run not started yet here begins from the first dataset —
-    /// on a cluster node once this replica caught up with every shard.
-    private func loadBulkProgress(_ pool: IdentityPoolID, started: Timestamp) async throws -> (BulkPublishProgress, UInt64) {
+    /// on a cluster node once this replica caught up with every shard (until then nil: a
+    /// later pass tries again).
+    private func loadBulkProgress(_ pool: IdentityPoolID, started: Timestamp) async throws -> (BulkPublishProgress, UInt64)? {
         let fresh = BulkPublishProgress(pool: pool.rawValue, started: started)
         guard let cluster else { return (try store.bulkProgress(pool: pool.rawValue, started: started) ?? fresh, 0) }
         if let stored = try await cluster.streamCursors.bulkProgress(pool: pool.rawValue, started: started) { return stored }
-        for shard in 0..<cluster.shards.count { _ = try? await cluster.catchUp(shard: shard, ledger: ledger, timeout: .seconds(2)) }
+        for shard in 0..<cluster.shards.count {
+            guard (try? await cluster.catchUp(shard: shard, ledger: ledger, timeout: .seconds(2))) == true else {
+                logger.info("streams: a bulk publish waits for this replica to catch up with a shard", metadata: ["pool": "\(pool)", "shard": "\(shard)"])
+                return nil
+            }
+        }
         return (fresh, 0)
     }
 
