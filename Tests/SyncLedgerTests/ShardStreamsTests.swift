@@ -85,8 +85,15 @@ import SyncLedgerTestSupport
                 let messages = try replica.appliedShardMessages(0, after: 0, limit: 100)
                 #expect(messages.count == first.count && messages.first?.sequence == 2)
                 for local in 0...(try replica.lastSequence + 1) {
-                    let expected = messages.last(where: { $0.firstLocal <= local })?.sequence ?? 0
-                    #expect(try replica.shardSequence(0, appliedThrough: local) == expected, "at feed position \(local)")
+                    let expected = messages.last(where: { $0.firstLocal <= local })
+                    #expect(try replica.shardSequence(0, appliedThrough: local) == expected?.sequence ?? 0, "at feed position \(local)")
+                    // The message of shard 0 holding the entry at `local`, if one does.
+                    let place = try replica.shardMessages(containing: [(local, 0)])[0]
+                    if let expected, local < expected.firstLocal + UInt64(expected.count) {
+                        #expect(place?.message == expected && place?.index == Int(local - expected.firstLocal) + 1, "at feed position \(local)")
+                    } else {
+                        #expect(place == nil, "at feed position \(local): an entry of shard 1, or none")
+                    }
                 }
                 #expect(try replica.shardIndexStart(0) == 1)
             }
@@ -102,7 +109,7 @@ import SyncLedgerTestSupport
                 for i in 0..<3 { try await replica.applyShardMessage(bytes: all[i], shard: 0, of: log.shards, sequence: UInt64(i + 1)) }
                 // As if a version that kept no index had applied those three.
                 try await replica.writeLocal { txn in
-                    for prefix in [Ledger.shardAppliedPrefix, Ledger.shardLocalPrefix, Array("shard-indexed-from/".utf8)] {
+                    for prefix in [Ledger.shardAppliedPrefix, Array("shard-indexed-from/".utf8)] {
                         let keys = try txn.withCursor(replica.schema.meta) { cursor -> [[UInt8]] in
                             var found: [[UInt8]] = []
                             var pair = try cursor.seek(atLeast: prefix)

@@ -97,6 +97,17 @@ class ClusterBed:
                     return n
         return None
 
+    def wait_owner(self, shard, timeout=30):
+        """The node owning `shard`, waiting while it has none (ownership still balancing: a shard
+        handed back is briefly without an owner)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            owner = self.owner_of(shard)
+            if owner is not None:
+                return owner
+            time.sleep(0.05)
+        raise AssertionError(f"shard {shard} had no owner for {timeout}s")
+
     def stop(self):
         for n in self.nodes:
             if n.process.poll() is None:

@@ -67,8 +67,7 @@ def test_kill_9_of_a_shard_owner_under_load_loses_no_acknowledged_write(bed):
     with WriteLoad(bed, writers=8) as load:
         load.wait_for(40)
         shard = busiest_shard(load)
-        owner = bed.owner_of(shard)
-        assert owner is not None
+        owner = bed.wait_owner(shard)
         killed_at = time.monotonic()
         bed.kill(bed.index_of(owner))
         load.wait_for(10, identities=shard_identities(load, shard))
@@ -95,9 +94,9 @@ def test_kill_9_of_the_owner_and_the_streams_leader_at_once(bed):
     with WriteLoad(bed, writers=8) as load:
         load.wait_for(40)
         shard = busiest_shard(load)
-        owner = bed.owner_of(shard)
+        owner = bed.wait_owner(shard)
         leader = bed.nats.stream_leader(f"SYNCLEDGER_SHARD_{shard}")
-        assert owner is not None and leader
+        assert leader
         bed.kill(bed.index_of(owner))
         bed.nats.node(leader).kill()
         load.wait_for(10, identities=shard_identities(load, shard), timeout=90)
@@ -109,7 +108,7 @@ def test_an_owner_stopped_past_its_lease_is_fenced_and_writes_nothing_more(bed):
     with WriteLoad(bed, writers=8) as load:
         load.wait_for(40)
         shard = busiest_shard(load)
-        owner = bed.owner_of(shard)
+        owner = bed.wait_owner(shard)
         index = bed.index_of(owner)
         before = next(s for s in bed.status(owner)["Shards"] if s["Shard"] == shard)
         bed.pause(index)
@@ -235,7 +234,7 @@ def test_a_redaction_is_one_write_of_the_identitys_shard_and_erases_on_every_rep
         identity = new_id()
     put(bed.nodes[1].client(), pool, identity, "secret", {"card": "4111"})
     bed.wait_converged()
-    owner = bed.owner_of(shard_of(pool, identity, SHARDS))
+    owner = bed.wait_owner(shard_of(pool, identity, SHARDS))
     other = next(n for n in bed.live() if n is not owner)
     r = other.raw("POST", "/admin/redactions", body={"IdentityPoolId": pool, "IdentityId": identity, "DatasetName": "secret", "Reason": "test"})
     assert r.status_code == 200, r.text
@@ -269,13 +268,13 @@ def test_an_identity_merge_is_finished_by_whoever_owns_the_survivors_shard(bed):
         old = admin.get_open_id_token_for_developer_identity(IdentityPoolId=pid, Logins={provider: f"old-{n}"})["IdentityId"]
         new = admin.get_open_id_token_for_developer_identity(IdentityPoolId=pid, Logins={provider: f"new-{n}"})["IdentityId"]
         shard = shard_of(pid, new, SHARDS)
-        if shard != 0 and bed.owner_of(shard) is not bed.owner_of(0):
+        if shard != 0 and bed.wait_owner(shard) is not bed.wait_owner(0):
             break
-    writer = bed.owner_of(0)
+    writer = bed.wait_owner(0)
     put(writer.client(), pid, old, "settings", {"theme": "light", "lang": "fr"})
     put(writer.client(), pid, new, "settings", {"theme": "dark"})
     bed.wait_converged()
-    paused = bed.index_of(bed.owner_of(shard))
+    paused = bed.index_of(bed.wait_owner(shard))
     bed.pause(paused)
     try:
         merged = admin.merge_developer_identities(SourceUserIdentifier=f"old-{n}", DestinationUserIdentifier=f"new-{n}",

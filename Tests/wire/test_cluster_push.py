@@ -46,8 +46,7 @@ def test_the_owner_delivers_and_after_it_dies_its_successor_does(bed):
     assert got[0].payload["data"]["identityId"] == ident.identity
     # The owner of the identity's shard dies; the next change is delivered by the node that takes it.
     shard = shard_of(ident.pool, ident.identity, SHARDS)
-    owner = bed.owner_of(shard)
-    assert owner is not None
+    owner = bed.wait_owner(shard)
     victim = bed.index_of(owner)
     bed.kill(victim)
     survivor = next(n for i, n in enumerate(bed.nodes) if i != victim)

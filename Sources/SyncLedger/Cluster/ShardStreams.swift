@@ -26,10 +26,6 @@ public struct ShardStreamBatch: Sendable {
 /// any replica: a Cognito stream target's delivery moves with the shard's owner.
 extension Ledger {
     static let shardAppliedPrefix = Array("shard-applied/".utf8)
-    /// The same index the other way: feed position of a message's first entry → its shard,
-    /// sequence and entry count (what a live event's shard position is read from).
-    static let shardLocalPrefix = Array("shard-local/".utf8)
-
     static func shardAppliedKey(_ shard: Int, _ sequence: UInt64) -> [UInt8] {
         shardAppliedPrefix + .bigEndian(UInt64(shard)) + .bigEndian(sequence)
     }
@@ -65,32 +61,6 @@ extension Ledger {
     func recordShardMessage(_ txn: Transaction, shard: Int, sequence: UInt64, firstLocal: UInt64, count: Int) throws {
         guard count > 0 else { return }
         try txn.put(schema.meta, key: Self.shardAppliedKey(shard, sequence), value: .bigEndian(firstLocal) + .bigEndian(UInt64(count)))
-        try txn.put(schema.meta, key: Self.shardLocalPrefix + .bigEndian(firstLocal),
-                    value: .bigEndian(UInt64(shard)) + .bigEndian(sequence) + .bigEndian(UInt64(count)))
-    }
-
-    /// For each change-feed position of `positions`, the shard message whose entries this
-    /// replica applied there: its shard, sequence, entry count, and the position's place among
-    /// its entries (1-based). Nil for a position no shard message put there (an entry written
-    /// before this ledger joined a cluster). One read transaction for all.
-    public func shardMessages(containing positions: [UInt64]) throws -> [(message: AppliedShardMessage, shard: Int, index: Int)?] {
-        try read { txn in
-            try txn.withCursor(schema.meta) { cursor in
-                try positions.map { local -> (message: AppliedShardMessage, shard: Int, index: Int)? in
-                    let key = Self.shardLocalPrefix + .bigEndian(local)
-                    var pair = try cursor.seek(atLeast: key)
-                    if pair.map({ $0.key != key }) ?? true { pair = try pair == nil ? cursor.last() : cursor.previous() }
-                    guard let found = pair, found.key.starts(with: Self.shardLocalPrefix), found.key.count == Self.shardLocalPrefix.count + 8,
-                          found.value.count == 24 else { return nil }
-                    let first = Array(found.key.suffix(8)).bigEndianUInt64()
-                    let shard = Int(Array(found.value.prefix(8)).bigEndianUInt64())
-                    let sequence = Array(found.value[8..<16]).bigEndianUInt64()
-                    let count = Int(Array(found.value.suffix(8)).bigEndianUInt64())
-                    guard local >= first, local - first < UInt64(count) else { return nil }
-                    return (AppliedShardMessage(sequence: sequence, firstLocal: first, count: count), shard, Int(local - first) + 1)
-                }
-            }
-        }
     }
 
     /// The change-feed position on this replica just after the first `entries` entries of message
@@ -129,30 +99,48 @@ extension Ledger {
     /// position `local` (at or before it): a stream target that starts at `local` on this node
     /// starts after it. 0 when none did.
     public func shardSequence(_ shard: Int, appliedThrough local: UInt64) throws -> UInt64 {
+        try read { txn in try lastMessage(txn, shard, appliedThrough: local)?.sequence ?? 0 }
+    }
+
+    /// `shard`'s last message whose first entry this replica applied at or before `local`.
+    func lastMessage(_ txn: Transaction, _ shard: Int, appliedThrough local: UInt64) throws -> AppliedShardMessage? {
         let prefix = Self.shardAppliedPrefix + .bigEndian(UInt64(shard))
-        return try read { txn in
-            try txn.withCursor(schema.meta) { cursor in
-                // The shard's last indexed message: the first key past the shard's (there is none
-                // at sequence UInt64.max), then one back.
-                let beyond = try cursor.seek(atLeast: Self.shardAppliedKey(shard, .max))
-                guard let lastPair = try beyond == nil ? cursor.last() : cursor.previous(), lastPair.key.starts(with: prefix) else { return 0 }
-                let last = try Self.decodeApplied(key: lastPair.key, value: lastPair.value, shard: shard)
-                if last.firstLocal <= local { return last.sequence }
-                // Feed positions grow with the shard's sequences: a binary search over them,
-                // `low` an indexed message at or before `local` (0: none), `high` one after it.
-                var low: UInt64 = 0, high = last.sequence
-                while high - low > 1 {
-                    let middle = low + (high - low) / 2
-                    // The first indexed message at or after `middle`.
-                    let pair = try cursor.seek(atLeast: Self.shardAppliedKey(shard, middle))
-                    guard let pair, pair.key.starts(with: prefix),
-                          case let found = try Self.decodeApplied(key: pair.key, value: pair.value, shard: shard), found.sequence < high else {
-                        high = middle  // nothing indexed in [middle, high)
-                        continue
-                    }
-                    if found.firstLocal <= local { low = found.sequence } else { high = found.sequence }
+        return try txn.withCursor(schema.meta) { cursor -> AppliedShardMessage? in
+            // The shard's last indexed message: the first key past the shard's (there is none
+            // at sequence UInt64.max), then one back.
+            let beyond = try cursor.seek(atLeast: Self.shardAppliedKey(shard, .max))
+            guard let lastPair = try beyond == nil ? cursor.last() : cursor.previous(), lastPair.key.starts(with: prefix) else { return nil }
+            let last = try Self.decodeApplied(key: lastPair.key, value: lastPair.value, shard: shard)
+            if last.firstLocal <= local { return last }
+            // Feed positions grow with the shard's sequences: a binary search over them, `low`
+            // an indexed message at or before `local` (nil: none), `high` one after it.
+            var low: AppliedShardMessage?
+            var high = last.sequence
+            while high - (low?.sequence ?? 0) > 1 {
+                let middle = (low?.sequence ?? 0) + (high - (low?.sequence ?? 0)) / 2
+                // The first indexed message at or after `middle`.
+                let pair = try cursor.seek(atLeast: Self.shardAppliedKey(shard, middle))
+                guard let pair, pair.key.starts(with: prefix),
+                      case let found = try Self.decodeApplied(key: pair.key, value: pair.value, shard: shard), found.sequence < high else {
+                    high = middle  // nothing indexed in [middle, high)
+                    continue
                 }
-                return low
+                if found.firstLocal <= local { low = found } else { high = found.sequence }
+            }
+            return low
+        }
+    }
+
+    /// For each change-feed position of `positions`, with the shard its entry belongs to, the
+    /// message of that shard whose entries this replica applied there, and the position's place
+    /// among them (1-based). Nil for a position no shard message put there (an entry written
+    /// before this ledger joined a cluster). One read transaction for all; a binary search over
+    /// the shard's index each.
+    public func shardMessages(containing positions: [(position: UInt64, shard: Int)]) throws -> [(message: AppliedShardMessage, shard: Int, index: Int)?] {
+        try read { txn in
+            try positions.map { local, shard in
+                guard let message = try lastMessage(txn, shard, appliedThrough: local), local - message.firstLocal < UInt64(message.count) else { return nil }
+                return (message, shard, Int(local - message.firstLocal) + 1)
             }
         }
     }

@@ -185,7 +185,8 @@ struct EventSession: Sendable {
             }
             return
         }
-        let places = try service.ledger.shardMessages(containing: batch.events.map(\.sequence))
+        guard let map = service.shards else { return }
+        let places = try service.ledger.shardMessages(containing: batch.events.map { ($0.sequence, map.shard(of: $0.stream)) })
         var kept: [StreamEvent] = []
         for (event, place) in zip(batch.events, places) {
             // An entry no shard message put here (written before this ledger joined a cluster)
