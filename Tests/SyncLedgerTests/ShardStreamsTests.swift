@@ -109,15 +109,14 @@ import SyncLedgerTestSupport
                 for i in 0..<3 { try await replica.applyShardMessage(bytes: all[i], shard: 0, of: log.shards, sequence: UInt64(i + 1)) }
                 // As if a version that kept no index had applied those three.
                 try await replica.writeLocal { txn in
-                    for prefix in [Ledger.shardAppliedPrefix, Array("shard-indexed-from/".utf8)] {
-                        let keys = try txn.withCursor(replica.schema.meta) { cursor -> [[UInt8]] in
-                            var found: [[UInt8]] = []
-                            var pair = try cursor.seek(atLeast: prefix)
-                            while let current = pair, current.key.starts(with: prefix) { found.append(Array(current.key)); pair = try cursor.next() }
-                            return found
-                        }
-                        for key in keys { _ = try txn.delete(replica.schema.meta, key: key) }
+                    let keys = try txn.withCursor(replica.schema.shardIndex) { cursor -> [[UInt8]] in
+                        var found: [[UInt8]] = []
+                        var pair = try cursor.first()
+                        while let current = pair { found.append(Array(current.key)); pair = try cursor.next() }
+                        return found
                     }
+                    for key in keys { _ = try txn.delete(replica.schema.shardIndex, key: key) }
+                    _ = try txn.delete(replica.schema.meta, key: Ledger.shardIndexStartKey(0))
                 }
                 #expect(try replica.shardIndexStart(0) == 4)
                 for i in 3..<all.count { try await replica.applyShardMessage(bytes: all[i], shard: 0, of: log.shards, sequence: UInt64(i + 1)) }

@@ -25,9 +25,8 @@ public struct ShardStreamBatch: Sendable {
 /// It lets a cursor counted in the shard's own sequences — the same on every node — be read from
 /// any replica: a Cognito stream target's delivery moves with the shard's owner.
 extension Ledger {
-    static let shardAppliedPrefix = Array("shard-applied/".utf8)
     static func shardAppliedKey(_ shard: Int, _ sequence: UInt64) -> [UInt8] {
-        shardAppliedPrefix + .bigEndian(UInt64(shard)) + .bigEndian(sequence)
+        .bigEndian(UInt64(shard)) + .bigEndian(sequence)
     }
 
     static func shardIndexStartKey(_ shard: Int) -> [UInt8] { Array("shard-indexed-from/".utf8) + .bigEndian(UInt64(shard)) }
@@ -60,7 +59,7 @@ extension Ledger {
     /// Notes that message `sequence` of `shard` put its `count` entries at `firstLocal` on.
     func recordShardMessage(_ txn: Transaction, shard: Int, sequence: UInt64, firstLocal: UInt64, count: Int) throws {
         guard count > 0 else { return }
-        try txn.put(schema.meta, key: Self.shardAppliedKey(shard, sequence), value: .bigEndian(firstLocal) + .bigEndian(UInt64(count)))
+        try txn.put(schema.shardIndex, key: Self.shardAppliedKey(shard, sequence), value: .bigEndian(firstLocal) + .bigEndian(UInt64(count)))
     }
 
     /// The change-feed position on this replica just after the first `entries` entries of message
@@ -69,7 +68,7 @@ extension Ledger {
     /// carried no entries, is placed before the next one it applied, else at the feed's end.
     public func feedPosition(shard: Int, sequence: UInt64, entries: Int) throws -> UInt64 {
         try requireIndexed(shard, after: sequence)
-        if sequence > 0, let message = try read({ txn in try txn.get(schema.meta, key: Self.shardAppliedKey(shard, sequence)) })
+        if sequence > 0, let message = try read({ txn in try txn.get(schema.shardIndex, key: Self.shardAppliedKey(shard, sequence)) })
             .map({ try Self.decodeApplied(key: Self.shardAppliedKey(shard, sequence), value: $0, shard: shard) }) {
             return message.firstLocal - 1 + UInt64(min(max(entries, 0), message.count))
         }
@@ -81,9 +80,9 @@ extension Ledger {
     /// order, as this replica applied them.
     public func appliedShardMessages(_ shard: Int, after: UInt64, limit: Int) throws -> [AppliedShardMessage] {
         guard after < UInt64.max, limit > 0 else { return [] }
-        let prefix = Self.shardAppliedPrefix + .bigEndian(UInt64(shard))
+        let prefix: [UInt8] = .bigEndian(UInt64(shard))
         return try read { txn in
-            try txn.withCursor(schema.meta) { cursor in
+            try txn.withCursor(schema.shardIndex) { cursor in
                 var result: [AppliedShardMessage] = []
                 var pair = try cursor.seek(atLeast: Self.shardAppliedKey(shard, after + 1))
                 while let current = pair, result.count < limit, current.key.starts(with: prefix) {
@@ -104,8 +103,8 @@ extension Ledger {
 
     /// `shard`'s last message whose first entry this replica applied at or before `local`.
     func lastMessage(_ txn: Transaction, _ shard: Int, appliedThrough local: UInt64) throws -> AppliedShardMessage? {
-        let prefix = Self.shardAppliedPrefix + .bigEndian(UInt64(shard))
-        return try txn.withCursor(schema.meta) { cursor -> AppliedShardMessage? in
+        let prefix: [UInt8] = .bigEndian(UInt64(shard))
+        return try txn.withCursor(schema.shardIndex) { cursor -> AppliedShardMessage? in
             // The shard's last indexed message: the first key past the shard's (there is none
             // at sequence UInt64.max), then one back.
             let beyond = try cursor.seek(atLeast: Self.shardAppliedKey(shard, .max))
@@ -147,7 +146,7 @@ extension Ledger {
 
     static func decodeApplied(key: some Collection<UInt8>, value: some Collection<UInt8>, shard: Int) throws -> AppliedShardMessage {
         let k = Array(key), v = Array(value)
-        guard k.count == shardAppliedPrefix.count + 16, v.count == 16 else {
+        guard k.count == 16, v.count == 16 else {
             throw LedgerError(.corruptData, "an applied-message index key of shard \(shard) does not decode")
         }
         return AppliedShardMessage(sequence: Array(k.suffix(8)).bigEndianUInt64(), firstLocal: v.bigEndianUInt64(),

@@ -51,6 +51,11 @@ struct Schema: Sendable {
     /// leaves `[index·2^level, (index+1)·2^level)` of the log, from level
     /// ``Ledger/merkleStoredLevel`` up; built on demand (see docs/proofs.md).
     let merkle: Database
+    /// Cluster replicas: shard (8 B BE) ‖ message sequence (8 B BE) → the feed position of its
+    /// first entry here (8 B BE) ‖ its entry count (8 B BE), for each applied shard message that
+    /// carried entries (see `ShardStreams.swift`). A table of its own, so the checkpoint keys in
+    /// `meta` that every applied message rewrites stay in a one-page tree.
+    let shardIndex: Database
 
     init(environment env: Environment) throws {
         meta = try env.openDatabase("meta")
@@ -70,6 +75,7 @@ struct Schema: Sendable {
         idempotencyByTime = try env.openDatabase("idempotency-by-time")
         consumers = try env.openDatabase("message-consumers")
         merkle = try env.openDatabase("merkle")
+        shardIndex = try env.openDatabase("shard-index")
     }
 
     /// The databases that hold views (rebuilt from the log).
