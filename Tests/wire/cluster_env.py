@@ -9,8 +9,24 @@ import os
 import signal
 import time
 
-from conftest import Server, new_id
-from nats_env import NatsCluster
+from conftest import Server
+
+
+def retry_unwritten(call, *args, timeout=30, **kwargs):
+    """`call(*args, **kwargs)`, again while it answers 503 saying nothing was written (a shard
+    between owners for longer than the node waited, on a loaded machine) — what a client may
+    safely retry; any other answer, or a 503 whose outcome is unknown, is the caller's."""
+    from botocore.exceptions import ClientError
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except ClientError as e:
+            error = e.response.get("Error", {})
+            if error.get("Code") != "ServiceUnavailableException" or "nothing was written" not in error.get("Message", "") \
+                    or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 class ClusterBed:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import new_id
-from cluster_env import ClusterBed
+from cluster_env import ClusterBed, retry_unwritten
 from cluster_load import shard_of
 from event_clients import expect_refused, open_sse
 from nats_env import NatsCluster
@@ -32,8 +32,8 @@ def bed(tmp_path_factory):
 def write(node, pool, identity, dataset, key):
     """A new key (sync count 0: no stale count can conflict), through `node`."""
     client = node.client()
-    token = client.list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName=dataset)["SyncSessionToken"]
-    out = client.update_records(IdentityPoolId=pool, IdentityId=identity, DatasetName=dataset, SyncSessionToken=token,
+    token = retry_unwritten(client.list_records, IdentityPoolId=pool, IdentityId=identity, DatasetName=dataset)["SyncSessionToken"]
+    out = retry_unwritten(client.update_records, IdentityPoolId=pool, IdentityId=identity, DatasetName=dataset, SyncSessionToken=token,
                                 RecordPatches=[{"Op": "replace", "Key": key, "Value": "v", "SyncCount": 0}])
     return out["Records"][0]["SyncCount"]
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import BINARY, new_id
-from cluster_env import ClusterBed
+from cluster_env import ClusterBed, retry_unwritten
 from cluster_load import shard_of
 from nats_env import NatsCluster
 from test_streams import Sink, Workload, configure_http, enable, wait_until
@@ -32,8 +32,14 @@ class CaughtUp:
     def list_records(self, **ids):
         written = len(self.workload.expected.get((ids["IdentityId"], ids["DatasetName"]), []))
         if written:
-            self.client.list_records(**ids, LastSyncCount=written)
-        return self.client.list_records(**ids)
+            retry_unwritten(self.client.list_records, **ids, LastSyncCount=written)
+        return retry_unwritten(self.client.list_records, **ids)
+
+    def update_records(self, **kwargs):
+        return retry_unwritten(self.client.update_records, **kwargs)
+
+    def delete_dataset(self, **kwargs):
+        return retry_unwritten(self.client.delete_dataset, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.client, name)

@@ -44,10 +44,23 @@ extension Ledger {
     /// Waits until `shard`'s checkpoint reaches `sequence`, for at most `timeout`.
     /// - Returns: whether it did.
     public func waitForShard(_ shard: Int, atLeast sequence: UInt64, timeout: Duration) async throws -> Bool {
+        try await waitForCommits(timeout: timeout) { try shardCheckpoint(shard) >= sequence }
+    }
+
+    /// On a cluster, waits until this replica has applied every message `shard`'s log held when
+    /// asked, for at most `timeout`. - Returns: whether it did (true when not bound to a cluster).
+    public func catchUp(shard: Int, timeout: Duration) async throws -> Bool {
+        guard let log = cluster.current else { return true }
+        return try await waitForShard(shard, atLeast: try await log.lastSequence(shard), timeout: timeout)
+    }
+
+    /// Checks `done` after every commit (this node's, or a replicated one) until it holds, for at
+    /// most `timeout`. - Returns: whether it did.
+    func waitForCommits(timeout: Duration, until done: () throws -> Bool) async throws -> Bool {
         let deadline = ContinuousClock.now + timeout
         while true {
             let seen = commitSignal.generation
-            if try shardCheckpoint(shard) >= sequence { return true }
+            if try done() { return true }
             let left = deadline - ContinuousClock.now
             guard left > .zero else { return false }
             _ = await commitSignal.wait(after: seen, timeout: left)

@@ -98,7 +98,13 @@ extension Ledger {
     /// position `local` (at or before it): a stream target that starts at `local` on this node
     /// starts after it. 0 when none did.
     public func shardSequence(_ shard: Int, appliedThrough local: UInt64) throws -> UInt64 {
-        try read { txn in try lastMessage(txn, shard, appliedThrough: local)?.sequence ?? 0 }
+        try lastShardMessage(shard, appliedThrough: local)?.sequence ?? 0
+    }
+
+    /// `shard`'s last message whose first entry this replica applied at or before feed position
+    /// `local` (nil: none).
+    public func lastShardMessage(_ shard: Int, appliedThrough local: UInt64) throws -> AppliedShardMessage? {
+        try read { txn in try lastMessage(txn, shard, appliedThrough: local) }
     }
 
     /// `shard`'s last message whose first entry this replica applied at or before `local`.
@@ -175,10 +181,7 @@ extension Ledger {
                 if message.firstLocal > through { return batch }
                 var records: [StreamRecord] = []
                 for s in try commitSummaries(after: message.firstLocal - 1, limit: message.count) where s.stream.pool == pool && !s.stream.isInternal {
-                    guard let entry = try entries(in: s.stream, from: s.offset, limit: 1).first, entry.sequence == s.sequence else {
-                        throw LedgerError(.corruptData, "the feed names sequence \(s.sequence), which its stream's index lacks", stream: s.stream, offset: s.offset)
-                    }
-                    records.append(StreamRecord(entry: entry, extra: ["shard": shard, "shardSequence": message.sequence], reference: reference))
+                    records.append(StreamRecord(entry: try entry(of: s), extra: ["shard": shard, "shardSequence": message.sequence], reference: reference))
                 }
                 let size = records.reduce(0) { $0 + $1.json.count }
                 if !batch.records.isEmpty, !records.isEmpty, batch.records.count + records.count > maxRecords || bytes + size > maxBytes { return batch }

@@ -161,11 +161,10 @@ extension Ledger {
     /// shards trails their owners): what was acknowledged on them before is in the copies.
     /// - Throws: `.unavailable` when a shard did not catch up within `timeout` (nothing written).
     func catchUp(pool: IdentityPoolID, identities: [String], timeout: Duration) async throws {
-        guard let log = cluster.current else { return }
-        for shard in Set(identities.map { log.shards.shard(pool: pool.rawValue, identity: $0) }).sorted() {
-            let last = try await log.lastSequence(shard)
-            guard try await waitForShard(shard, atLeast: last, timeout: timeout) else {
-                throw LedgerError(.unavailable, "this node's replica of shard \(shard) did not catch up with its log (at \(last)) within \(timeout); nothing was merged, retry")
+        guard let map = cluster.current?.shards else { return }
+        for shard in Set(identities.map { map.shard(pool: pool.rawValue, identity: $0) }).sorted() {
+            guard try await catchUp(shard: shard, timeout: timeout) else {
+                throw LedgerError(.unavailable, "this node's replica of shard \(shard) did not catch up with its log within \(timeout); nothing was merged, retry")
             }
         }
     }
@@ -177,16 +176,8 @@ extension Ledger {
     public func waitForMergeCopies(_ merge: MergeSummary?, pool: IdentityPoolID, timeout: Duration) async throws -> Bool {
         guard let merge, defersMergeCopies(pool: pool, destination: merge.survivor), !merge.datasets.isEmpty else { return true }
         let marker = Self.mergesStream(pool, try IdentityID(merge.survivor))
-        let deadline = ContinuousClock.now + timeout
-        while true {
-            let seen = commitSignal.generation
-            let missing = try read { txn in
-                try merge.datasets.contains { try recordValue(txn, marker, key: Self.copiedPrefix + $0.child) == nil }
-            }
-            if !missing { return true }
-            let left = deadline - .now
-            guard left > .zero else { return false }
-            _ = await commitSignal.wait(after: seen, timeout: left)
+        return try await waitForCommits(timeout: timeout) {
+            try read { txn in try merge.datasets.allSatisfy { try recordValue(txn, marker, key: Self.copiedPrefix + $0.child) != nil } }
         }
     }
 }

@@ -39,27 +39,20 @@ extension Ledger {
         }
         let named = requested ?? proven
         // A returning user — every login linked to one enabled identity (the one named, if
-        // any) — changes nothing: answered from a read, no write.
-        if !logins.isEmpty, let unchanged = try read({ [self] txn -> SignInResult? in
+        // any) — changes nothing: answered from a read, no write. Else the identities involved.
+        let (unchanged, involved) = try read { [self] txn -> (SignInResult?, Set<String>) in
             let edit = try IdentityEdit(txn, ledger: self, pool: pool)
             let owners = Set(try logins.map { try edit.owner($0) })
-            guard owners.count == 1, let owner = owners.first, let id = owner, named == nil || named == id,
-                  try edit.identity(id)?.isEnabled == true else { return nil }
-            return SignInResult(identity: id, created: false, merge: nil)
-        }) {
-            return unchanged
-        }
-        if cluster.current != nil {
-            // A merge reads the identities' datasets from this replica: on a cluster, let it
-            // catch up with their shards first (the common sign-in, which merges nothing, skips this).
-            let involved = try read { [self] txn -> [String] in
-                let edit = try IdentityEdit(txn, ledger: self, pool: pool)
-                var ids = Set(try logins.compactMap { try edit.owner($0) })
-                if let named { ids.insert(named) }
-                return ids.sorted()
+            if !logins.isEmpty, owners.count == 1, let owner = owners.first, let id = owner, named == nil || named == id,
+               try edit.identity(id)?.isEnabled == true {
+                return (SignInResult(identity: id, created: false, merge: nil), [])
             }
-            if involved.count > 1 { try await catchUp(pool: pool, identities: involved, timeout: .seconds(5)) }
+            return (nil, Set(owners.compactMap { $0 } + (named.map { [$0] } ?? [])))
         }
+        if let unchanged { return unchanged }
+        // A merge reads the identities' datasets from this replica: on a cluster, let it catch
+        // up with their shards first (a sign-in that merges nothing skips this).
+        if involved.count > 1 { try await catchUp(pool: pool, identities: involved.sorted(), timeout: .seconds(5)) }
         let now = options.clock()
         let limit = options.limits.maxIdentitiesPerPool
         let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"

@@ -121,6 +121,15 @@ public struct PoolStreamSetting: Sendable, Hashable {
 }
 
 extension Ledger {
+    /// The log entry a change-feed summary names.
+    /// - Throws: `.corruptData` when its stream's index does not lead to it.
+    func entry(of s: CommitSummary) throws -> LogEntry {
+        guard let entry = try entries(in: s.stream, from: s.offset, limit: 1).first, entry.sequence == s.sequence else {
+            throw LedgerError(.corruptData, "the feed names sequence \(s.sequence), which its stream's index lacks", stream: s.stream, offset: s.offset)
+        }
+        return entry
+    }
+
     /// Every pool whose `CognitoStreams` names a stream, with whether streaming is enabled and
     /// its running bulk publish; and every pool with a bulk publish still `IN_PROGRESS` whose
     /// stream was unset since (stream name empty, not enabled: the run is to be failed).
@@ -181,10 +190,7 @@ extension Ledger {
                     return batch
                 }
                 if s.stream.pool == pool, !s.stream.isInternal {
-                    guard let entry = try entries(in: s.stream, from: s.offset, limit: 1).first, entry.sequence == s.sequence else {
-                        throw LedgerError(.corruptData, "the feed names sequence \(s.sequence), which its stream's index lacks", stream: s.stream, offset: s.offset)
-                    }
-                    let record = StreamRecord(entry: entry, reference: reference)
+                    let record = StreamRecord(entry: try entry(of: s), reference: reference)
                     if !batch.records.isEmpty, batch.records.count >= maxRecords || bytes + record.json.count > maxBytes { return batch }
                     batch.records.append(record)
                     bytes += record.json.count

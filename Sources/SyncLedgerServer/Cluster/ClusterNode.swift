@@ -161,8 +161,7 @@ public final class ClusterNode: Sendable {
 
     /// ``catchUp(with:ledger:timeout:)`` for a shard.
     func catchUp(shard: Int, ledger: Ledger, timeout: Duration) async throws -> Bool {
-        guard let last = try? await log.lastSequence(shard) else { return false }
-        return try await ledger.waitForShard(shard, atLeast: last, timeout: timeout)
+        (try? await ledger.catchUp(shard: shard, timeout: timeout)) ?? false
     }
 
     /// Prometheus text: per shard, the stream's last sequence, what this replica applied, its

@@ -56,21 +56,16 @@ extension StreamService {
         let batch = try ledger.shardStreamBatch(pool: setting.pool, shard: shard, after: target.cursor, through: watched, reference: reference)
         guard batch.last > target.cursor else { return false }
         if !batch.records.isEmpty {
-            guard let configuration = try sinkConfiguration(pool: pool, name: name, key: key) else { return false }
-            do {
-                try await StreamSinks.make(configuration, client: client).deliver(batch.records)
-            } catch {
-                let delay = backOff(key)
-                logger.warning("streams: delivery failed; the batch is sent again",
-                               metadata: ["pool": "\(pool)", "stream": "\(name)", "shard": "\(shard)", "records": "\(batch.records.count)",
-                                          "in_ms": "\(delay.milliseconds)", "error": "\(error)"])
+            switch try await send(batch.records, pool: pool, name: name, key: key, metadata: ["shard": "\(shard)"]) {
+            case .acknowledged: break
+            case .noSink: return false
+            case .failed(let error):
                 try await cursors.update(pool: pool, streamName: name, shard: shard) { t in
                     t.failures += 1
                     t.lastError = String("\(error)".prefix(500))
                 }
                 return false
             }
-            backoff.withLock { $0[key] = nil }
         }
         // A node that lost the shard while the sink took the batch leaves the cursor to the
         // new owner (which delivers the batch again: at least once).

@@ -117,14 +117,10 @@ struct ShardEventPositions: Sendable, Equatable {
     mutating func pass(through local: UInt64, on ledger: Ledger) throws -> Bool {
         var moved = false
         for (shard, p) in positions {
-            let sequence = try ledger.shardSequence(shard, appliedThrough: local)
-            guard sequence > 0 else { continue }
+            guard let message = try ledger.lastShardMessage(shard, appliedThrough: local) else { continue }
             // `local` may fall inside that message (the hub reads the feed in batches).
-            var next = Position(sequence: sequence, entries: nil)
-            if let message = try ledger.appliedShardMessages(shard, after: sequence - 1, limit: 1).first, message.sequence == sequence,
-               message.firstLocal + UInt64(message.count) - 1 > local {
-                next.entries = Int(local - message.firstLocal + 1)
-            }
+            var next = Position(sequence: message.sequence, entries: nil)
+            if message.firstLocal + UInt64(message.count) - 1 > local { next.entries = Int(local - message.firstLocal + 1) }
             if !p.covers(message: next.sequence, index: next.entries ?? Int.max) {
                 positions[shard] = next
                 moved = true

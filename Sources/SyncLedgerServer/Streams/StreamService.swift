@@ -105,17 +105,13 @@ final class StreamService: Sendable {
             let batch = try ledger.streamBatch(pool: setting.pool, after: target.cursor, reference: reference)
             guard batch.last > target.cursor else { continue }
             if !batch.records.isEmpty {
-                guard let configuration = try sinkConfiguration(pool: pool, name: name, key: key) else { continue }
-                do {
-                    try await StreamSinks.make(configuration, client: client).deliver(batch.records)
-                } catch {
-                    let delay = backOff(key)
-                    logger.warning("streams: delivery failed; the batch is sent again",
-                                   metadata: ["pool": "\(pool)", "stream": "\(name)", "records": "\(batch.records.count)", "in_ms": "\(delay.milliseconds)", "error": "\(error)"])
+                switch try await send(batch.records, pool: pool, name: name, key: key) {
+                case .acknowledged: break
+                case .noSink: continue
+                case .failed(let error):
                     try? store.recordFailure(pool: pool, streamName: name, reason: "\(error)")
                     continue
                 }
-                backoff.withLock { $0[key] = nil }
             }
             target = try store.acknowledge(pool: pool, streamName: name, through: batch.last, records: batch.records.count)
             progressed = true
@@ -123,18 +119,39 @@ final class StreamService: Sendable {
         return progressed
     }
 
-    /// The sink configured for stream `name` (this node's secret store); nil, with a warning
-    /// once per target `key`, when none is: the target's records wait.
-    func sinkConfiguration(pool: String, name: String, key: String) throws -> StreamSinkConfiguration? {
+    /// What sending a batch to its sink came to.
+    enum Sent {
+        /// The sink acknowledged every record.
+        case acknowledged
+        /// No sink is configured for the stream (this node's secret store): the records wait.
+        case noSink
+        /// The sink failed: the same batch is sent again after the target's backoff.
+        case failed(any Error)
+    }
+
+    /// Sends `records` to stream `name`'s sink, for the target `key`: no sink is warned of once;
+    /// a failure backs the target off and is logged (with `metadata`); an acknowledgement ends
+    /// the backoff.
+    func send(_ records: [StreamRecord], pool: String, name: String, key: String, metadata: Logger.Metadata = [:]) async throws -> Sent {
         guard let configuration = try ledger.secrets.streamSink(name: name) else {
             if warned.withLock({ $0.insert(key).inserted }) {
                 logger.warning("streams: no sink is configured for the stream; its records wait (syncledger streams configure)",
                                metadata: ["pool": "\(pool)", "stream": "\(name)"])
             }
-            return nil
+            return .noSink
         }
         warned.withLock { _ = $0.remove(key) }
-        return configuration
+        do {
+            try await StreamSinks.make(configuration, client: client).deliver(records)
+        } catch {
+            let delay = backOff(key)
+            logger.warning("streams: delivery failed; the batch is sent again",
+                           metadata: metadata.merging(["pool": "\(pool)", "stream": "\(name)", "records": "\(records.count)",
+                                                       "in_ms": "\(delay.milliseconds)", "error": "\(error)"]) { $1 })
+            return .failed(error)
+        }
+        backoff.withLock { $0[key] = nil }
+        return .acknowledged
     }
 
     /// Backs `key` off (100 ms, doubling to 30 s); returns the delay.
