@@ -39,8 +39,10 @@ def test_writes_through_any_node_reach_every_replica(bed):
         answer = put(client, pool, identity, "notes", {"a": f"v{i}", "b": "x"})
         assert sorted(r["Key"] for r in answer["Records"]) == ["a", "b"]
         assert all(r["SyncCount"] == 1 for r in answer["Records"])
-    statuses = bed.wait_converged()
-    assert sum(s["OwnedHere"] for s in statuses) == bed.shards
+    bed.wait_converged()
+    # Every shard has one owner — waited for, not read once: balancing hands shards over while
+    # the writes run, and a shard handed over is briefly owned by nobody (seen in CI as 7 of 8).
+    bed.wait_owned()
     for node in bed.nodes:
         client = node.client()
         for i, identity in enumerate(identities):
