@@ -76,8 +76,10 @@ public struct JetStreamAPIError: Error, Sendable, Equatable, Codable, CustomStri
         description = try c.decodeIfPresent(String.self, forKey: .description) ?? ""
     }
 
-    /// 10071: an expected last sequence (stream or subject) did not match.
-    public var isWrongLastSequence: Bool { errorCode == 10071 }
+    /// 10071 (or, from a replicated stream when another publish expecting the same subject
+    /// sequence is in flight, 10164 without the number): an expected last sequence (stream or
+    /// subject) did not match.
+    public var isWrongLastSequence: Bool { errorCode == 10071 || errorCode == 10164 }
     /// 10059: the stream does not exist.
     public var isStreamNotFound: Bool { errorCode == 10059 }
     /// 10037: no message was found.

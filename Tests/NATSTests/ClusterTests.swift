@@ -70,4 +70,37 @@ struct ClusterTests {
         #expect(try await kv.get("leader")?.revision == rev2)
         await client.close()
     }
+
+    /// A replicated stream refuses a compare-and-set that races another on the same key with
+    /// err_code 10164 ("wrong last sequence", no number) rather than 10071: the client must read
+    /// both as a lost race, or a caller that retries lost races fails instead.
+    @Test func racingCompareAndSetsOnAReplicatedBucketLoseAsWrongRevisions() async throws {
+        let cluster = try await NATSTestCluster.start()
+        let client = try await connectClient(cluster.urls, requestTimeout: .seconds(5))
+        let js = JetStreamContext(client: client, timeout: .seconds(5))
+        let kv = try await eventually("R3 bucket created", timeout: .seconds(20), interval: .milliseconds(200)) {
+            try await js.createKeyValue(bucket: "race", replicas: 3)
+        }
+        var revision = try await eventually("kv put") { try await kv.put("k", bytes("0")) }
+        for round in 1...5 {
+            let base = revision
+            let outcomes = await withTaskGroup(of: Result<UInt64, any Error>.self) { group in
+                for i in 0..<16 {
+                    group.addTask {
+                        do { return .success(try await kv.update("k", bytes("\(round)-\(i)"), lastRevision: base)) } catch { return .failure(error) }
+                    }
+                }
+                var all: [Result<UInt64, any Error>] = []
+                for await outcome in group { all.append(outcome) }
+                return all
+            }
+            let won = outcomes.compactMap { try? $0.get() }
+            #expect(won.count == 1, "round \(round): one update wins")
+            for case .failure(let error) in outcomes {
+                #expect((error as? KeyValueError)?.isWrongLastSequence == true, "round \(round): a lost race is a wrong revision, not \(error)")
+            }
+            revision = try #require(won.first)
+        }
+        await client.close()
+    }
 }
