@@ -176,9 +176,18 @@ public struct KeyValue: Sendable {
         }
         var remaining = info.numPending ?? 0
         var keys: [String] = []
+        var unanswered = 0
         while remaining > 0 {
-            let batch = try await js.fetch(stream: streamName, consumer: info.name, batch: Int(min(remaining, 1024)),
-                                           expires: js.timeout)
+            let batch: [JetStreamMessage]
+            do {
+                batch = try await js.fetch(stream: streamName, consumer: info.name, batch: Int(min(remaining, 1024)), expires: js.timeout)
+            } catch let e as JetStreamAPIError where e.code == 503 && unanswered < 40 {
+                // No responders: on a cluster the consumer just made may not run on the stream's
+                // leader yet when the first pull arrives.
+                unanswered += 1
+                try await Task.sleep(for: .milliseconds(25))
+                continue
+            }
             if batch.isEmpty { throw NATSError.timeout }
             for m in batch {
                 remaining = m.metadata.pending

@@ -89,7 +89,7 @@ extension JetStreamContext {
                     case 409: return (out, .conflict(message.statusDescription ?? "409"))
                     default:
                         throw JetStreamAPIError(code: status, errorCode: 0,
-                                                description: message.statusDescription ?? "pull failed")
+                                                description: message.statusDescription ?? "pull failed with status \(status)")
                     }
                 }
                 out.append(try JetStreamMessage(message, client: client))

@@ -108,19 +108,26 @@ extension Ledger {
                     let row = try MessageIndexRow(decoding: current.value)
                     if row.expires < now {
                         page.skippedExpired += 1
-                    } else if let bytes = try txn.get(schema.log, key: .bigEndian(sequence)) {
-                        if names[row.streamID] == nil { names[row.streamID] = try streamName(txn, id: row.streamID) }
-                        let (entry, _) = try decodeEntry(bytes, sequence: sequence, stream: names[row.streamID], txn: txn)
-                        if case .put(_, let value, _)? = entry.events.first, let message = try? JSONDecoder().decode(DeviceMessage.self, from: Data(value.utf8)) {
-                            page.messages.append(ReceivedMessage(sequence: sequence, pool: entry.stream.pool, identity: entry.stream.identity,
-                                                                 deviceCode: entry.device ?? "", received: entry.time, expires: row.expires, message: message))
-                        }
+                    } else if let message = try receivedMessage(txn, at: sequence, row, names: &names) {
+                        page.messages.append(message)
                     }
                     pair = try c.next()
                 }
             }
             return page
         }
+    }
+
+    /// The message whose index row `row` is at feed position `sequence` (nil: its entry is
+    /// gone or is not a device message). `names` caches stream names by id.
+    func receivedMessage(_ txn: Transaction, at sequence: UInt64, _ row: MessageIndexRow, names: inout [UInt64: StreamName]) throws -> ReceivedMessage? {
+        guard let bytes = try txn.get(schema.log, key: .bigEndian(sequence)) else { return nil }
+        if names[row.streamID] == nil { names[row.streamID] = try streamName(txn, id: row.streamID) }
+        let (entry, _) = try decodeEntry(bytes, sequence: sequence, stream: names[row.streamID], txn: txn)
+        guard case .put(_, let value, _)? = entry.events.first,
+              let message = try? JSONDecoder().decode(DeviceMessage.self, from: Data(value.utf8)) else { return nil }
+        return ReceivedMessage(sequence: sequence, pool: entry.stream.pool, identity: entry.stream.identity,
+                               deviceCode: entry.device ?? "", received: entry.time, expires: row.expires, message: message)
     }
 
     /// The messages after consumer `name`'s cursor (see ``messages(after:limit:now:)``).

@@ -21,6 +21,8 @@ public final class ClusterNode: Sendable {
     let bucket: KeyValue
     /// Where the Cognito stream targets' per-shard cursors are kept, for whichever node owns the shard.
     let streamCursors: ClusterStreamCursors
+    /// The device-message consumers, read and acknowledged on any node.
+    let consumers: ClusterConsumers
     private let tasks = Mutex<[Task<Void, Never>]>([])
 
     /// Joins the cluster: fails when the JetStream cluster cannot be reached, or when it was
@@ -43,7 +45,8 @@ public final class ClusterNode: Sendable {
                 options: options, shards: shards, client: client, jetStream: jetStream, ownership: ownership, counters: counters, log: log,
                 leases: ShardLeases(options: options, shards: shards, ledger: ledger, jetStream: jetStream, bucket: bucket, ownership: ownership, log: log, logger: logger),
                 tail: ShardTail(shards: shards, nodeID: options.nodeID, ledger: ledger, jetStream: jetStream, ownership: ownership, counters: counters, logger: logger),
-                bucket: bucket, streamCursors: ClusterStreamCursors(bucket: buckets.streams))
+                bucket: bucket, streamCursors: ClusterStreamCursors(bucket: buckets.streams),
+                consumers: ClusterConsumers(bucket: buckets.consumers, map: shards))
             ledger.bindCluster(log)
             node.tasks.withLock { tasks in
                 tasks.append(Task { await node.tail.run() })
@@ -58,7 +61,7 @@ public final class ClusterNode: Sendable {
 
     private init(options: ClusterOptions, shards: ShardMap, client: NATSClient, jetStream: JetStreamContext, ownership: ShardOwnership,
                  counters: ShardCounters, log: JetStreamShardLog, leases: ShardLeases, tail: ShardTail, bucket: KeyValue,
-                 streamCursors: ClusterStreamCursors) {
+                 streamCursors: ClusterStreamCursors, consumers: ClusterConsumers) {
         self.options = options
         self.shards = shards
         self.client = client
@@ -70,6 +73,7 @@ public final class ClusterNode: Sendable {
         self.tail = tail
         self.bucket = bucket
         self.streamCursors = streamCursors
+        self.consumers = consumers
     }
 
     /// Stops the tails and the lease loop, hands its leases back (so other nodes take its shards

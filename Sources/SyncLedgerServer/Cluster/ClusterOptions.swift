@@ -37,6 +37,8 @@ enum ClusterNames {
     static let leases = "syncledger_leases"
     /// The KV bucket of Cognito stream cursors (per target and shard) and BulkPublish progress.
     static let streamCursors = "syncledger_streams"
+    /// The KV bucket of device-message consumers (positions per shard and counts).
+    static let consumers = "syncledger_consumers"
     /// The KV bucket of the cluster's fixed settings (the shard count).
     static let settings = "syncledger_cluster"
     /// The lease key of shard `n`.

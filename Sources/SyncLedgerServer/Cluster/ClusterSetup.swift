@@ -10,6 +10,8 @@ struct ClusterBuckets: Sendable {
     let leases: KeyValue
     /// Cognito stream cursors per shard and BulkPublish progress (``ClusterStreamCursors``).
     let streams: KeyValue
+    /// Device-message consumers (``ClusterConsumers``).
+    let consumers: KeyValue
 }
 
 enum ClusterSetup {
@@ -31,7 +33,7 @@ enum ClusterSetup {
         }
     }
 
-    /// Makes or checks the cluster's buckets and streams; returns the lease and stream-cursor buckets.
+    /// Makes or checks the cluster's buckets and streams; returns the buckets a node works with.
     /// - Throws: ``StartupError`` when the cluster was created with another shard count.
     static func prepare(_ jetStream: JetStreamContext, shards: ShardMap, replicas: Int, leaseTime: Duration) async throws -> ClusterBuckets {
         let settings = try await keyValue(jetStream, ClusterNames.settings, replicas: replicas, ttl: nil)
@@ -45,6 +47,7 @@ enum ClusterSetup {
         }
         let bucket = try await keyValue(jetStream, ClusterNames.leases, replicas: replicas, ttl: leaseTime)
         let streams = try await keyValue(jetStream, ClusterNames.streamCursors, replicas: replicas, ttl: nil)
+        let consumers = try await keyValue(jetStream, ClusterNames.consumers, replicas: replicas, ttl: nil)
         for shard in 0..<shards.count where try await jetStream.streamInfo(ClusterNames.stream(shard)) == nil {
             var config = StreamConfig(name: ClusterNames.stream(shard), subjects: [ClusterNames.subject(shard)])
             config.storage = .file
@@ -56,7 +59,7 @@ enum ClusterSetup {
             config.maxMsgSize = 64 << 20
             _ = try await jetStream.createStream(config)
         }
-        return ClusterBuckets(leases: bucket, streams: streams)
+        return ClusterBuckets(leases: bucket, streams: streams, consumers: consumers)
     }
 
     /// The shard count a cluster was created with (nil: no cluster there yet).

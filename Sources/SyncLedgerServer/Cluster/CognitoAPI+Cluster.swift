@@ -43,7 +43,7 @@ extension CognitoAPI {
         if segments == ["messages"], request.method == "POST", case .identity(let pool, let identity) = credential.scope {
             try await requireOwner(of: cluster.shards.shard(pool: pool, identity: identity))
         } else if segments.first == "messages" {
-            return  // consumers: this node's own cursors over its replica
+            return  // consumers: on any node (their positions are the shards', kept in the cluster)
         } else if request.method == "GET" {
             await catchUp(shard: ShardMap.registryShard)
         } else {

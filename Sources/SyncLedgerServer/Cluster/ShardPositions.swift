@@ -1,15 +1,15 @@
 import SyncLedger
 
-/// Where an event stream stands on a cluster, the same on every node: per shard its scope
-/// covers, the last message of the shard's log whose events it has sent (and, inside a message
-/// that carried several entries, how many of them). It is the stream's event id, so a client
-/// whose node dies reconnects to any other node with `Last-Event-ID` and misses nothing.
+/// Where a reader of the change feed stands on a cluster, the same on every node: per shard,
+/// the last message of the shard's log it has passed (and, inside a message that carried
+/// several entries, how many of them). A change-feed position (a single node's) means nothing
+/// on another node; these do, so a reader whose node dies goes on at any other.
 ///
-/// Written `c:<shard>=<sequence>[.<entries>],…` — one element per shard of the scope: the
-/// identity's shard for a stream of one identity (`c:5=1042`), every shard for an admin's wider
-/// stream. A change-feed position (a single node's id) means nothing on another node, so a
-/// cluster node refuses one.
-struct ShardEventPositions: Sendable, Equatable {
+/// Written `c:<shard>=<sequence>[.<entries>],…`. An event stream's id names every shard of its
+/// scope: the identity's shard for a stream of one identity (`c:5=1042`), every shard for an
+/// admin's wider stream. A device-message consumer's positions name the shards it has moved
+/// in; a shard not named is at its start.
+struct ShardPositions: Sendable, Equatable {
     /// One shard's position: message `sequence` fully sent (`entries` nil), or its first
     /// `entries` entries.
     struct Position: Sendable, Equatable {
@@ -32,19 +32,30 @@ struct ShardEventPositions: Sendable, Equatable {
     }
 
     /// The positions of a stream that starts at the end of `ledger`'s feed, `local`.
-    static func start(scope: EventScope, map: ShardMap, ledger: Ledger, at local: UInt64) throws -> ShardEventPositions {
+    static func start(scope: EventScope, map: ShardMap, ledger: Ledger, at local: UInt64) throws -> ShardPositions {
         var positions: [Int: Position] = [:]
         for shard in shards(of: scope, on: map) {
             positions[shard] = Position(sequence: try ledger.shardSequence(shard, appliedThrough: local), entries: nil)
         }
-        return ShardEventPositions(positions: positions)
+        return ShardPositions(positions: positions)
     }
+
+    /// Positions from shard to position (shards not named are at their start).
+    init(positions: [Int: Position] = [:]) { self.positions = positions }
 
     /// Reads an event id; it must name exactly the shards `scope` covers.
     /// - Throws: ``WireError`` InvalidParameterException (400) naming what is wrong.
-    static func parse(_ text: String, from source: String, scope: EventScope, map: ShardMap) throws -> ShardEventPositions {
+    static func parse(_ text: String, from source: String, scope: EventScope, map: ShardMap) throws -> ShardPositions {
+        try parse(text, from: source, map: map, shards: Set(shards(of: scope, on: map)),
+                  what: "an event id this cluster sent (c:<shard>=<sequence>[.<entries>],… for every shard of the stream's scope)")
+    }
+
+    /// Reads positions written by ``text``: naming exactly `required` when given, else one or
+    /// more shards of `map`. `what` says what they must be, for the error.
+    /// - Throws: ``WireError`` InvalidParameterException (400) naming what is wrong.
+    static func parse(_ text: String, from source: String, map: ShardMap, shards required: Set<Int>?, what: String) throws -> ShardPositions {
         func refuse(_ why: String) -> WireError {
-            WireError.invalidParameter("\(source) must be an event id this cluster sent (c:<shard>=<sequence>[.<entries>],… for every shard of the stream's scope): \(why), in \"\(text.prefix(60))\"")
+            WireError.invalidParameter("\(source) must be \(what): \(why), in \"\(text.prefix(60))\"")
         }
         guard text.utf8.count <= 16 + map.count * 32, text.hasPrefix("c:") else {
             throw refuse(text.hasPrefix("c:") ? "too long" : "a cluster node's ids start with c: (a single node's change-feed position means nothing here)")
@@ -64,17 +75,45 @@ struct ShardEventPositions: Sendable, Equatable {
             }
             guard positions.updateValue(Position(sequence: sequence, entries: entries), forKey: shard) == nil else { throw refuse("shard \(shard) is named twice") }
         }
-        let expected = Set(shards(of: scope, on: map))
+        guard let expected = required else { return ShardPositions(positions: positions) }
         guard Set(positions.keys) == expected else {
             throw refuse(expected.count == 1 ? "the stream's identity is on shard \(expected.first!), and the id must name it alone" : "the stream's scope spans every shard, 0 to \(map.count - 1), and the id must name each")
         }
-        return ShardEventPositions(positions: positions)
+        return ShardPositions(positions: positions)
     }
 
     /// 1-20 ASCII digits that fit 64 bits (no sign, space or fraction).
     private static func digits(_ text: Substring) -> UInt64? {
         guard (1...20).contains(text.utf8.count), text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
         return UInt64(text)
+    }
+
+    /// The position of `shard` (nil: at its start).
+    subscript(shard: Int) -> Position? { positions[shard] }
+
+    /// Whether entry `index` (from 1) of `shard`'s message `message` is at or before these positions.
+    func covers(shard: Int, message: UInt64, index: Int) -> Bool {
+        positions[shard]?.covers(message: message, index: index) ?? false
+    }
+
+    /// Each shard at the further of its positions here and in `other`.
+    func joined(_ other: ShardPositions) -> ShardPositions {
+        var result = self
+        for (shard, p) in other.positions where !covers(shard: shard, message: p.sequence, index: p.entries ?? Int.max) {
+            result.positions[shard] = p
+        }
+        return result
+    }
+
+    /// Each shard at the nearer of its positions here and in `other` (a shard at its start in
+    /// either is at its start).
+    func met(_ other: ShardPositions) -> ShardPositions {
+        var result = ShardPositions()
+        for (shard, p) in positions {
+            guard let q = other.positions[shard] else { continue }
+            result.positions[shard] = p.covers(message: q.sequence, index: q.entries ?? Int.max) ? q : p
+        }
+        return result
     }
 
     /// The id: shards in order.
@@ -88,9 +127,11 @@ struct ShardEventPositions: Sendable, Equatable {
     /// The change-feed position on `ledger` from which reading finds every event after these
     /// positions (the earliest over the shards; what comes before a shard's own position is
     /// passed over by ``take(shard:message:index:)``).
-    func feedStart(on ledger: Ledger) throws -> UInt64 {
+    /// `shards`: the shards to consider, those named when nil (a shard not named is at its start).
+    func feedStart(on ledger: Ledger, over shards: [Int]? = nil) throws -> UInt64 {
         var start = UInt64.max
-        for (shard, p) in positions {
+        for shard in shards ?? Array(positions.keys) {
+            let p = positions[shard] ?? Position(sequence: 0, entries: nil)
             start = min(start, try ledger.feedPosition(shard: shard, sequence: p.sequence, entries: p.entries ?? Int.max))
         }
         return start == .max ? try ledger.lastSequence : start
@@ -114,9 +155,11 @@ struct ShardEventPositions: Sendable, Equatable {
 
     /// Moves every shard past the messages this replica applied up to feed position `local`
     /// (every event up to there was sent). - Returns: whether any moved.
-    mutating func pass(through local: UInt64, on ledger: Ledger) throws -> Bool {
+    /// `shards`: the shards to move, those named when nil.
+    mutating func pass(through local: UInt64, on ledger: Ledger, over shards: [Int]? = nil) throws -> Bool {
         var moved = false
-        for (shard, p) in positions {
+        for shard in shards ?? Array(positions.keys) {
+            let p = positions[shard] ?? Position(sequence: 0, entries: nil)
             guard let message = try ledger.lastShardMessage(shard, appliedThrough: local) else { continue }
             // `local` may fall inside that message (the hub reads the feed in batches).
             var next = Position(sequence: message.sequence, entries: nil)

@@ -37,6 +37,7 @@ extension CognitoAPI {
             try requireAdmin(credential, "ReceiveMessages")
             guard let name = queryValue(query, "consumer") else { throw WireError.invalidParameter("consumer is required") }
             let limit = Int(try queryInt(query, "limit", range: 1...1000) ?? 100)
+            if let cluster { return (try await receiveOnCluster(cluster.consumers, name: name, limit: limit), "ReceiveMessages", nil) }
             let ledger = self.ledger
             let (consumer, page) = try await offPool { try ledger.messages(for: name, limit: limit) }
             var w = JSONWriter(capacity: 256 + page.messages.count * 256)
@@ -44,22 +45,7 @@ extension CognitoAPI {
             w.member("Consumer", name)
             w.member("Cursor", int: consumer?.cursor ?? 0)
             w.key("Messages"); w.beginArray()
-            for m in page.messages {
-                w.beginObject()
-                w.member("Sequence", int: m.sequence)
-                w.member("IdentityPoolId", m.pool.rawValue)
-                w.member("IdentityId", m.identity.rawValue)
-                w.member("DeviceCode", m.deviceCode)
-                w.member("MessageId", m.message.messageId)
-                w.member("TimeToLive", int: m.message.timeToLive)
-                w.member("SentAt", date: m.message.sentAt?.milliseconds)
-                w.member("ReceivedAt", date: m.received.milliseconds)
-                w.member("ExpiresAt", date: m.expires.milliseconds)
-                w.key("Data"); w.beginObject()
-                for (k, v) in m.message.data.sorted(by: { $0.key < $1.key }) { w.member(k, v) }
-                w.endObject()
-                w.endObject()
-            }
+            for m in page.messages { writeReceived(&w, m) }
             w.endArray()
             w.member("LastSequence", int: page.last)
             w.member("SkippedExpired", int: page.skippedExpired)
@@ -70,6 +56,7 @@ extension CognitoAPI {
             try requireAdmin(credential, "AcknowledgeMessages")
             let json = try body(request)
             let name = try string(json["Consumer"], "Consumer", required: true)!
+            if let cluster { return (try await acknowledgeOnCluster(cluster.consumers, name: name, json: json), "AcknowledgeMessages", nil) }
             let sequence = try integer(json["Sequence"], "Sequence", required: true)!
             guard sequence >= 0 else { throw WireError.invalidParameter("Sequence must not be negative") }
             let consumer = try await ledger.acknowledgeMessages(consumer: name, through: UInt64(sequence))
@@ -78,6 +65,7 @@ extension CognitoAPI {
             return (.json(w), "AcknowledgeMessages", nil)
         case ("GET", "consumers"?, 2):
             try requireAdmin(credential, "ListMessageConsumers")
+            if let cluster { return (try await listOnCluster(cluster.consumers), "ListMessageConsumers", nil) }
             let ledger = self.ledger
             let consumers = try await offPool { try ledger.consumers() }
             var w = JSONWriter()
@@ -94,6 +82,25 @@ extension CognitoAPI {
         guard case .admin = credential.scope else {
             throw WireError.notAuthorized("\(operation) needs the developer (admin) credential; \(credential.accessKeyID) belongs to an identity")
         }
+    }
+
+    /// A message as ReceiveMessages gives it; `position` its place in its shard's log (on a cluster).
+    func writeReceived(_ w: inout JSONWriter, _ m: ReceivedMessage, position: String? = nil) {
+        w.beginObject()
+        if let position { w.member("Position", position) }
+        w.member("Sequence", int: m.sequence)
+        w.member("IdentityPoolId", m.pool.rawValue)
+        w.member("IdentityId", m.identity.rawValue)
+        w.member("DeviceCode", m.deviceCode)
+        w.member("MessageId", m.message.messageId)
+        w.member("TimeToLive", int: m.message.timeToLive)
+        w.member("SentAt", date: m.message.sentAt?.milliseconds)
+        w.member("ReceivedAt", date: m.received.milliseconds)
+        w.member("ExpiresAt", date: m.expires.milliseconds)
+        w.key("Data"); w.beginObject()
+        for (k, v) in m.message.data.sorted(by: { $0.key < $1.key }) { w.member(k, v) }
+        w.endObject()
+        w.endObject()
     }
 
     private func writeConsumer(_ w: inout JSONWriter, _ c: MessageConsumer) {

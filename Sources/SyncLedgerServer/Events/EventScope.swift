@@ -50,8 +50,8 @@ struct EventRequest: Sendable {
     /// The change-feed position to resume after (`Last-Event-ID`, else `lastEventId`); nil:
     /// start at the current end of the log.
     var resumeAfter: UInt64?
-    /// On a cluster node, the shards' positions to resume after instead (``ShardEventPositions``).
-    var resumeAtShards: ShardEventPositions?
+    /// On a cluster node, the shards' positions to resume after instead (``ShardPositions``).
+    var resumeAtShards: ShardPositions?
 
     /// Query parameters of `GET /events` besides the presigned URL's `X-Amz-*` ones.
     static let parameters: Set<String> = ["identityPoolId", "identityId", "datasetName", "lastEventId"]
@@ -65,7 +65,7 @@ struct EventRequest: Sendable {
     /// - Throws: ``WireError`` InvalidParameterException (400) for an unknown or repeated
     ///   parameter, an invalid name or a malformed event id; NotAuthorizedException (403) when
     ///   an identity's credential names another identity.
-    ///   - shards: a cluster node's shard map (event ids are then ``ShardEventPositions``).
+    ///   - shards: a cluster node's shard map (event ids are then ``ShardPositions``).
     static func parse(query: [(String, String)], lastEventID: String?, credential: Credential, shards: ShardMap? = nil) throws -> EventRequest {
         var values: [String: String] = [:]
         for (name, value) in query where !name.hasPrefix("X-Amz-") {
@@ -107,7 +107,7 @@ struct EventRequest: Sendable {
         }
         guard let given else { return EventRequest(scope: scope) }
         if let shards {
-            return EventRequest(scope: scope, resumeAtShards: try ShardEventPositions.parse(given.text, from: given.source, scope: scope, map: shards))
+            return EventRequest(scope: scope, resumeAtShards: try ShardPositions.parse(given.text, from: given.source, scope: scope, map: shards))
         }
         return EventRequest(scope: scope, resumeAfter: try eventID(given.text, from: given.source))
     }

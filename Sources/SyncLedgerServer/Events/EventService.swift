@@ -18,7 +18,7 @@ final class EventService: Sendable {
     let metrics: EventMetrics
     let options: EventStreamOptions
     let logger: Logger
-    /// A cluster node's shard map: event ids are then ``ShardEventPositions``, the same on every node.
+    /// A cluster node's shard map: event ids are then ``ShardPositions``, the same on every node.
     let shards: ShardMap?
 
     init(ledger: Ledger, authenticator: Authenticator, options: EventStreamOptions, maxConnections: Int, logger: Logger, shards: ShardMap? = nil) {
@@ -67,14 +67,14 @@ final class EventService: Sendable {
         guard let shards else {
             return (EventSession(service: self, subscriber: subscriber, ticket: ticket, credential: credential, start: parsed.resumeAfter ?? last), credential)
         }
-        let positions: ShardEventPositions
+        let positions: ShardPositions
         var start = last
         if let resume = parsed.resumeAtShards {
             try await waitForReplica(resume)
             positions = resume
             start = try resume.feedStart(on: ledger)
         } else {
-            positions = try ShardEventPositions.start(scope: parsed.scope, map: shards, ledger: ledger, at: last)
+            positions = try ShardPositions.start(scope: parsed.scope, map: shards, ledger: ledger, at: last)
         }
         return (EventSession(service: self, subscriber: subscriber, ticket: ticket, credential: credential, start: start, positions: positions), credential)
     }
@@ -82,7 +82,7 @@ final class EventService: Sendable {
     /// A cluster stream resuming from positions this node's replica has not applied yet (the
     /// client came from a node further on) waits for it, 3 s at most in all.
     /// - Throws: 400 when it is still behind: the id was not sent by this cluster, or this node lags.
-    private func waitForReplica(_ resume: ShardEventPositions) async throws {
+    private func waitForReplica(_ resume: ShardPositions) async throws {
         let deadline = ContinuousClock.now + .seconds(3)
         for item in try resume.ahead(of: ledger) {
             _ = try await ledger.waitForShard(item.shard, atLeast: item.wanted, timeout: max(.zero, deadline - .now))
@@ -140,12 +140,12 @@ struct EventSession: Sendable {
     private(set) var cursor: UInt64
     private var joined = false
     /// On a cluster node, where the stream stands per shard: its event ids.
-    private var positions: ShardEventPositions?
+    private var positions: ShardPositions?
     /// The last id sent as a change-feed position (a single node's ids).
     private var lastID: UInt64
 
     init(service: EventService, subscriber: EventSubscriber, ticket: EventTicket, credential: Credential, start: UInt64,
-         positions: ShardEventPositions? = nil) {
+         positions: ShardPositions? = nil) {
         self.service = service
         self.subscriber = subscriber
         self.ticket = ticket
