@@ -129,10 +129,11 @@ final class ClusterConsumers: Sendable {
                 end = max(end, try ledger.feedPosition(shard: shard, sequence: p.sequence, entries: p.entries ?? Int.max))
             }
             var (acknowledged, expired) = (UInt64(0), UInt64(0))
+            let movedSet = Set(moved)
             let walk = try ledger.walkShardMessages(after: try old.feedStart(on: ledger, over: moved), maxRows: Ledger.maxAcknowledgedPerCall,
                                                     shardOf: map.shard(of:)) { row in
                 guard row.sequence <= end else { return .stop }
-                if let message = row.message, moved.contains(row.shard), !old.covers(shard: row.shard, message: message.sequence, index: row.index),
+                if let message = row.message, movedSet.contains(row.shard), !old.covers(shard: row.shard, message: message.sequence, index: row.index),
                    target.covers(shard: row.shard, message: message.sequence, index: row.index) {
                     if row.expires < now { expired += 1 } else { acknowledged += 1 }
                 }
