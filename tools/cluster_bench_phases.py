@@ -2,7 +2,6 @@
 the failover rounds. Reuses the wire tests' harness (Tests/wire)."""
 
 import contextlib
-import math
 import os
 import re
 import shutil
@@ -145,24 +144,6 @@ class BenchBed(ClusterBed):
             if n is not None and n.process.poll() is None:
                 with contextlib.suppress(Exception):
                     n.stop(timeout=15)
-
-    def wait_balanced(self, timeout=300):
-        """Until every shard has an owner and no live node owns more than its share
-        (shards ÷ live nodes, rounded up): the nodes hand surplus shards back one per lease round."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            with contextlib.suppress(AssertionError, OSError):
-                live = self.live()
-                statuses = [self.status(n) for n in live]
-                owned = [s["OwnedHere"] for s in statuses]
-                share = math.ceil(self.shards / len(live))
-                owners = {sh["Shard"]: sh.get("Owner") for sh in statuses[0]["Shards"]}
-                last = owned
-                if sum(owned) == self.shards and max(owned) <= share and all(owners.values()):
-                    return owned
-            time.sleep(0.5)  # a /cluster/status costs its node 0.1 s of CPU or more
-        raise AssertionError(f"ownership did not balance within {timeout}s: owned per node {last}")
 
     def counters(self):
         """Per node: shards owned, and Appended / Behind / Retried summed over its shards."""

@@ -96,6 +96,13 @@ import SyncLedgerTestSupport
             // Bounded at three rows: through the third.
             let bounded = try owner.walkShardMessages(after: 0, maxRows: 3, shardOf: log.shards.shard(of:)) { _ in .read }
             #expect(bounded.messages.count == 3 && bounded.through == seen[2])
+            // Rows called settled count toward their own bound: past it, the walk says how far it got.
+            var settledSeen = 0
+            let settled = try owner.walkShardMessages(after: 0, maxRows: 1, maxSettled: 4, shardOf: log.shards.shard(of:)) { _ in
+                settledSeen += 1
+                return .settled
+            }
+            #expect(settledSeen == 4 && settled.messages.isEmpty && settled.through == seen[3])
             // From after the second message's position: the other four.
             let later = try owner.walkShardMessages(after: seen[1], maxRows: 100, shardOf: log.shards.shard(of:)) { _ in .read }
             #expect(later.messages.map(\.sequence) == Array(seen[2...]))

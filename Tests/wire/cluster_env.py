@@ -5,6 +5,7 @@ boto3's cognito-sync client with it, to any node.
 """
 
 import contextlib
+import math
 import os
 import signal
 import time
@@ -105,6 +106,25 @@ class ClusterBed:
             last = (lagging[:6], digests)
             time.sleep(0.1)
         raise AssertionError(f"replicas did not converge within {timeout}s: {last}")
+
+    def wait_balanced(self, timeout=300):
+        """Until every shard has an owner and no live node owns more than its share
+        (shards ÷ live nodes, rounded up): the nodes hand surplus shards back at their lease rounds.
+        Returns the shards each live node owns."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(AssertionError, OSError):
+                live = self.live()
+                statuses = [self.status(n) for n in live]
+                owned = [s["OwnedHere"] for s in statuses]
+                share = math.ceil(self.shards / len(live))
+                owners = {sh["Shard"]: sh.get("Owner") for sh in statuses[0]["Shards"]}
+                last = owned
+                if sum(owned) == self.shards and max(owned) <= share and all(owners.values()):
+                    return owned
+            time.sleep(0.5)  # a /cluster/status costs its node 0.1 s of CPU or more
+        raise AssertionError(f"ownership did not balance within {timeout}s: owned per node {last}")
 
     def owner_of(self, shard):
         for n in self.live():

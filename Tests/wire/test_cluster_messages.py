@@ -236,10 +236,11 @@ def test_bad_acknowledgements_are_refused_and_change_nothing(bed, senders):
     for body, said in cases:
         r = call(bed.nodes[1], "POST", "/messages/ack", body)
         assert r.status_code == 400 and said in r.json()["message"], (body, r.status_code, r.text[:300])
-    # A position no replica reached: refused after a bounded wait, and the consumer is as it was.
+    # A position past the end of a shard's log: refused after a bounded wait, and the consumer
+    # is as it was.
     began = time.monotonic()
     r = call(bed.nodes[2], "POST", "/messages/ack", {"Consumer": name, "Position": "c:1=999999999"})
-    assert r.status_code == 400 and "has not reached" in r.json()["message"], r.text
+    assert r.status_code == 400 and "past the end of its log" in r.json()["message"], r.text
     assert time.monotonic() - began < 10
     listed = {c["Name"]: c for c in ok(bed.nodes[2], "GET", "/messages/consumers")["Consumers"]}
     assert listed[name]["Position"] == start["Position"] and listed[name]["Acknowledged"] == start["Acknowledged"]
@@ -249,6 +250,42 @@ def test_bad_acknowledgements_are_refused_and_change_nothing(bed, senders):
                                       ("GET", "/messages/consumers", b"", "")]:
         r = call(bed.nodes[0], method, path, body, query=query, creds=creds)
         assert r.status_code == 403, (path, r.status_code, r.text[:200])
+
+
+def test_a_shard_without_new_messages_does_not_hold_a_consumer_back(bed, senders):
+    """One message on a shard, then many more than a page examines (ten times its limit) on
+    another: a consumer reading one at a time still gets every one — the quiet shard's settled
+    message is not where each page starts again."""
+    pool, people = senders
+    quiet = people[0]
+    busy = next(p for p in people if p.shard != quiet.shard)
+    name = "c-" + new_id()[-12:]
+    ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
+    sent = [(quiet.identity, "quiet-0")]
+    quiet.send(bed.nodes[0], "quiet-0")
+    for i in range(25):
+        busy.send(bed.nodes[i % 3], f"quiet-busy-{i}")
+        sent.append((busy.identity, f"quiet-busy-{i}"))
+    bed.wait_converged()
+    got = []
+    for turn in range(60):
+        page = read(bed.nodes[turn % 3], name, limit=1)
+        got += mine(page, pool, "quiet")
+        if page["LastPosition"] == page["Position"]:
+            break
+        ack(bed.nodes[(turn + 1) % 3], name, page["LastPosition"])
+    assert got == sent
+
+
+def test_a_consumer_name_with_dots_works_as_on_one_server(bed, senders):
+    pool, people = senders
+    for name in [".lead", "trail.", "a..b", "."]:
+        page = read(bed.nodes[1], name, limit=1)
+        consumer = ack(bed.nodes[2], name, page["LastPosition"])
+        assert consumer["Name"] == name and consumer["Position"] == page["LastPosition"], consumer
+        assert read(bed.nodes[0], name, limit=1)["Position"] == page["LastPosition"]
+    names = {c["Name"] for c in ok(bed.nodes[0], "GET", "/messages/consumers")["Consumers"]}
+    assert {".lead", "trail.", "a..b", "."} <= names
 
 
 def test_a_consumer_goes_on_at_another_node_when_its_node_dies(bed, senders):

@@ -18,6 +18,8 @@ public struct ShardMessageRow: Sendable, Hashable {
 
 /// What a cluster consumer's walk does with a row.
 public enum ShardMessageStep: Sendable {
+    /// Already settled: go on (counts toward the walk's `maxSettled`, not `maxRows`).
+    case settled
     /// Go on without reading the message.
     case pass
     /// Read the message into the answer, and go on.
@@ -38,47 +40,50 @@ public struct ShardMessageWalk: Sendable {
 extension Ledger {
     /// Walks the device messages after change-feed position `start` in this replica's order,
     /// placing each in its shard's log (`shardOf` names the shard of a stream), and reads those
-    /// `step` asks for. At most `maxRows` rows are walked. One read transaction.
-    ///
-    /// Rows of messages no shard message carried (written before this ledger joined a cluster)
-    /// come with `message` nil.
+    /// `step` asks for. It ends after `maxRows` rows the step passed or read, or `maxSettled`
+    /// it called settled (so a walk over what a reader settled long ago is bounded too, and
+    /// still says how far it got). One read transaction.
     ///
     /// Within a shard this order is the shard's own, so a consumer that keeps one position per
     /// shard (what it has settled) can walk any replica and find the same messages after it.
-    public func walkShardMessages(after start: UInt64, maxRows: Int, shardOf: (StreamName) -> Int,
+    /// Rows of messages no shard message carried (written before this ledger joined a cluster)
+    /// come with `message` nil.
+    public func walkShardMessages(after start: UInt64, maxRows: Int, maxSettled: Int = 100_000, shardOf: (StreamName) -> Int,
                                   step: (ShardMessageRow) throws -> ShardMessageStep) throws -> ShardMessageWalk {
         try read { txn in
             var names: [UInt64: StreamName] = [:]
-            var rows: [(UInt64, MessageIndexRow, ShardMessageRow)] = []
-            // The index rows first, then their shard places: a binary search of the shard index
-            // each, on cursors of their own.
+            var walk = ShardMessageWalk(messages: [], through: 0)
+            var (rows, settled) = (0, 0)
+            var ended = false
             try txn.withCursor(schema.messageIndex) { c in
                 var pair = try c.seek(atLeast: .bigEndian(start &+ 1))
-                while let current = pair, rows.count < maxRows {
+                while let current = pair {
                     let sequence = current.key.bigEndianUInt64()
                     let row = try MessageIndexRow(decoding: current.value)
                     if names[row.streamID] == nil { names[row.streamID] = try streamName(txn, id: row.streamID) }
                     let shard = shardOf(names[row.streamID]!)
-                    rows.append((sequence, row, ShardMessageRow(sequence: sequence, shard: shard, message: nil, index: 0, expires: row.expires)))
+                    var placed = ShardMessageRow(sequence: sequence, shard: shard, message: nil, index: 0, expires: row.expires)
+                    if let message = try lastMessage(txn, shard, appliedThrough: sequence), sequence - message.firstLocal < UInt64(message.count) {
+                        placed = ShardMessageRow(sequence: sequence, shard: shard, message: message, index: Int(sequence - message.firstLocal) + 1, expires: row.expires)
+                    }
+                    switch try step(placed) {
+                    case .stop:
+                        (walk.through, ended) = (sequence - 1, true)
+                        return
+                    case .settled: settled += 1
+                    case .pass: rows += 1
+                    case .read:
+                        rows += 1
+                        if let message = try receivedMessage(txn, at: sequence, row, names: &names) { walk.messages.append(message) }
+                    }
+                    if rows >= maxRows || settled >= maxSettled {
+                        (walk.through, ended) = (sequence, true)
+                        return
+                    }
                     pair = try c.next()
                 }
             }
-            var walk = ShardMessageWalk(messages: [], through: rows.count == maxRows ? rows[rows.count - 1].0 : try nextSequence(txn) - 1)
-            for (sequence, row, unplaced) in rows {
-                var placed = unplaced
-                if let message = try lastMessage(txn, unplaced.shard, appliedThrough: sequence), sequence - message.firstLocal < UInt64(message.count) {
-                    placed = ShardMessageRow(sequence: sequence, shard: unplaced.shard, message: message,
-                                             index: Int(sequence - message.firstLocal) + 1, expires: row.expires)
-                }
-                switch try step(placed) {
-                case .pass: continue
-                case .stop:
-                    walk.through = sequence - 1
-                    return walk
-                case .read:
-                    if let message = try receivedMessage(txn, at: sequence, row, names: &names) { walk.messages.append(message) }
-                }
-            }
+            if !ended { walk.through = try nextSequence(txn) - 1 }
             return walk
         }
     }

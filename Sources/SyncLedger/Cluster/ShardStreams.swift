@@ -62,15 +62,18 @@ extension Ledger {
         try txn.put(schema.shardIndex, key: Self.shardAppliedKey(shard, sequence), value: .bigEndian(firstLocal) + .bigEndian(UInt64(count)))
     }
 
-    /// The change-feed position on this replica just after the first `entries` entries of message
-    /// `sequence` of `shard` (0: before the message; its count: after it): where reading on finds
-    /// what follows that point of the shard. A message this replica has not applied, or that
-    /// carried no entries, is placed before the next one it applied, else at the feed's end.
+    /// The change-feed position on this replica just before the first entry of `shard` that
+    /// comes after the first `entries` entries of its message `sequence` (0: the whole message
+    /// comes after; its count or more: none of it): where reading on finds what follows that
+    /// point of the shard, and nothing of it before. Past a whole message that is just before
+    /// the shard's next message this replica applied (what lies between belongs to other
+    /// shards), or the feed's end when there is none yet; a message this replica has not
+    /// applied, or that carried no entries, is treated the same way.
     public func feedPosition(shard: Int, sequence: UInt64, entries: Int) throws -> UInt64 {
         try requireIndexed(shard, after: sequence)
         if sequence > 0, let message = try read({ txn in try txn.get(schema.shardIndex, key: Self.shardAppliedKey(shard, sequence)) })
-            .map({ try Self.decodeApplied(key: Self.shardAppliedKey(shard, sequence), value: $0, shard: shard) }) {
-            return message.firstLocal - 1 + UInt64(min(max(entries, 0), message.count))
+            .map({ try Self.decodeApplied(key: Self.shardAppliedKey(shard, sequence), value: $0, shard: shard) }), entries < message.count {
+            return message.firstLocal - 1 + UInt64(max(entries, 0))
         }
         if let next = try appliedShardMessages(shard, after: sequence, limit: 1).first { return next.firstLocal - 1 }
         return try lastSequence

@@ -1,5 +1,6 @@
 import Foundation
 import NATS
+import NIOPosix
 import SyncLedger
 
 /// A device-message consumer of a cluster: its positions in the shards' logs and its counts.
@@ -35,21 +36,28 @@ struct ClusterMessagePage: Sendable {
 }
 
 /// The device-message consumers of a cluster, in a replicated KV bucket (`syncledger_consumers`,
-/// key `c.<name>`), so that a consumer reads and acknowledges on any node and goes on at
-/// another when its node dies. A consumer's cursor is a position per shard, counted in the
-/// shard's own log (the same on every node), never a node's change-feed position. Every change
-/// is a compare-and-set on the revision read: two nodes acknowledging for one consumer at once
-/// both land, each counted once.
+/// key `c.<name>` with each `.` of the name written `=`), so that a consumer reads and
+/// acknowledges on any node and goes on at another when its node dies. A consumer's cursor is a
+/// position per shard, counted in the shard's own log (the same on every node), never a node's
+/// change-feed position. Every change is a compare-and-set on the revision read: two nodes
+/// acknowledging for one consumer at once both land, each counted once. (`cluster import`
+/// writes a single server's consumers here, their cursors turned into such positions.)
 final class ClusterConsumers: Sendable {
     let bucket: KeyValue
     let map: ShardMap
+    /// The last sequence of a shard's log (to tell a position no node reached yet from one this
+    /// node has not reached).
+    let lastSequence: @Sendable (Int) async throws -> UInt64
 
-    init(bucket: KeyValue, map: ShardMap) {
+    init(bucket: KeyValue, map: ShardMap, lastSequence: @escaping @Sendable (Int) async throws -> UInt64) {
         self.bucket = bucket
         self.map = map
+        self.lastSequence = lastSequence
     }
 
-    static func key(_ name: String) -> String { "c.\(name)" }
+    /// The bucket key of consumer `name` (a valid name): KV keys may not start or end with a
+    /// dot or hold two in a row, and `=` is not in the names' alphabet.
+    static func key(_ name: String) -> String { "c." + name.replacingOccurrences(of: ".", with: "=") }
 
     /// How long a read or acknowledgement waits for this node's replica to reach the positions
     /// it starts from.
@@ -58,21 +66,24 @@ final class ClusterConsumers: Sendable {
     /// The consumer named `name` with the revision it was read at (nil: it never acknowledged).
     func consumer(_ name: String) async throws -> (ClusterConsumer, UInt64)? {
         try MessageConsumer.validate(name: name)
-        guard let entry = try await bucket.get(Self.key(name)) else { return nil }
+        guard let entry = try await cluster({ try await self.bucket.get(Self.key(name)) }) else { return nil }
         return (try decode(entry.value, name: name), entry.revision)
     }
 
-    /// Every consumer, by name.
+    /// Every consumer in the cluster, by name.
     func all() async throws -> [ClusterConsumer] {
-        var result: [ClusterConsumer] = []
-        for key in try await bucket.keys() where key.hasPrefix("c.") {
-            if let entry = try await bucket.get(key) { result.append(try decode(entry.value, name: String(key.dropFirst(2)))) }
+        try await cluster {
+            var result: [ClusterConsumer] = []
+            for key in try await self.bucket.keys() where key.hasPrefix("c.") {
+                if let entry = try await self.bucket.get(key) { result.append(try self.decode(entry.value, name: String(key.dropFirst(2)))) }
+            }
+            return result.sorted { $0.name < $1.name }
         }
-        return result.sorted { $0.name < $1.name }
     }
 
     /// The live messages after consumer `name`'s positions, read from `ledger` (this node's
-    /// replica, once it reached them): at most `limit`, and at most ten times that many examined.
+    /// replica, once it reached them): at most `limit`, at most ten times that many examined
+    /// past those positions, and at most 100,000 already settled passed over.
     /// - Throws: 503 when the replica does not reach the consumer's positions in time.
     func page(_ name: String, limit: Int, ledger: Ledger, now: Timestamp) async throws -> ClusterMessagePage {
         let stored = try await consumer(name)
@@ -81,94 +92,131 @@ final class ClusterConsumers: Sendable {
             throw WireError(type: "ServiceUnavailableException", status: 503,
                             message: "consumer \(name) has settled message \(behind.wanted) of shard \(behind.shard), which this node's replica has not applied yet (it applied \(behind.applied)); retry, here or on another node")
         }
-        let every = Array(0..<map.count)
-        var skipped = 0
-        var read: [UInt64: ShardPositions] = [:]
-        let walk = try ledger.walkShardMessages(after: try positions.feedStart(on: ledger, over: every), maxRows: limit * 10,
-                                                shardOf: map.shard(of:)) { row in
-            // A message no shard's log carried (kept from before this node joined) has no
-            // position another node would know: cluster consumers do not see it.
-            guard let message = row.message, !positions.covers(shard: row.shard, message: message.sequence, index: row.index) else { return .pass }
-            if row.expires < now {
-                skipped += 1
-                return .pass
+        let map = self.map
+        return try await Self.offPool {
+            let every = Array(0..<map.count)
+            var skipped = 0
+            var read: [UInt64: ShardPositions] = [:]
+            let walk = try ledger.walkShardMessages(after: try positions.feedStart(on: ledger, over: every), maxRows: limit * 10,
+                                                    shardOf: map.shard(of:)) { row in
+                // A message no shard's log carried (kept from before this node joined) has no
+                // position another node would know: cluster consumers do not see it.
+                guard let message = row.message, !positions.covers(shard: row.shard, message: message.sequence, index: row.index) else { return .settled }
+                if row.expires < now {
+                    skipped += 1
+                    return .pass
+                }
+                guard read.count < limit else { return .stop }
+                read[row.sequence] = ShardPositions(positions: [row.shard: .init(sequence: message.sequence, entries: row.index >= message.count ? nil : row.index)])
+                return .read
             }
-            guard read.count < limit else { return .stop }
-            read[row.sequence] = ShardPositions(positions: [row.shard: .init(sequence: message.sequence, entries: row.index >= message.count ? nil : row.index)])
-            return .read
+            var last = positions
+            _ = try last.pass(through: walk.through, on: ledger, over: every)
+            return ClusterMessagePage(consumer: stored?.0, positions: positions, messages: walk.messages.compactMap { m in read[m.sequence].map { (m, $0) } },
+                                      last: last, skippedExpired: skipped)
         }
-        var last = positions
-        _ = try last.pass(through: walk.through, on: ledger, over: every)
-        return ClusterMessagePage(consumer: stored?.0, positions: positions, messages: walk.messages.compactMap { m in read[m.sequence].map { (m, $0) } },
-                                  last: last, skippedExpired: skipped)
     }
 
     /// Acknowledges for consumer `name` every message up to `through` (in each shard it names;
     /// the others stay), creating the consumer. Each message passed counts as acknowledged, or
     /// as expired when its time to live had passed. Positions at or before the consumer's change
-    /// nothing. One call passes at most ``Ledger/maxAcknowledgedPerCall`` messages: beyond them
-    /// the positions stop short (the answer says where).
-    /// - Throws: 400 for positions this node's replica does not reach in time (not sent by this
-    ///   cluster, or this node lags); LimitExceeded for a new consumer past
-    ///   ``MessageConsumer/maxConsumers``; 503 when other acknowledgements kept moving it.
+    /// nothing. One call passes at most ``Ledger/maxAcknowledgedPerCall`` messages of the shards
+    /// it moves, and walks past at most as many others: beyond them the positions stop short
+    /// (the answer says where).
+    /// - Throws: 400 for positions past the end of a shard's log (not given by this cluster);
+    ///   503 for positions this node's replica does not reach in time, or when other
+    ///   acknowledgements kept moving the consumer; LimitExceeded for a new consumer past
+    ///   ``MessageConsumer/maxConsumers``.
     func acknowledge(_ name: String, through given: ShardPositions, ledger: Ledger, now: Timestamp) async throws -> ClusterConsumer {
         try MessageConsumer.validate(name: name)
         if let behind = try await wait(ledger, for: given) {
-            throw WireError.invalidParameter("Position names message \(behind.wanted) of shard \(behind.shard), which this node's replica has not reached (it applied \(behind.applied)): it was not given by this cluster, or this node lags; retry")
+            let last = try await cluster { try await self.lastSequence(behind.shard) }
+            guard behind.wanted <= last else {
+                throw WireError.invalidParameter("Position names message \(behind.wanted) of shard \(behind.shard), past the end of its log (\(last)): it was not given by this cluster")
+            }
+            throw WireError(type: "ServiceUnavailableException", status: 503,
+                            message: "Position names message \(behind.wanted) of shard \(behind.shard), which this node's replica has not applied yet (it applied \(behind.applied)); retry, here or on another node")
         }
         for _ in 0..<10 {
             let stored = try await consumer(name)
+            let old = try stored.map { try positionsOf($0.0) } ?? ShardPositions()
+            guard old.joined(given) != old else { return stored?.0 ?? ClusterConsumer(name: name, positions: "c:", acknowledged: 0, expired: 0, created: now, updated: now) }
+            let map = self.map
             var consumer = stored?.0 ?? ClusterConsumer(name: name, positions: "c:", acknowledged: 0, expired: 0, created: now, updated: now)
-            let old = try positionsOf(consumer)
-            var target = old.joined(given)
-            guard target != old else { return consumer }
-            let moved = (0..<map.count).filter { target[$0] != old[$0] }
-            var end: UInt64 = 0
-            for shard in moved {
-                let p = target[shard]!
-                end = max(end, try ledger.feedPosition(shard: shard, sequence: p.sequence, entries: p.entries ?? Int.max))
-            }
-            var (acknowledged, expired) = (UInt64(0), UInt64(0))
-            let movedSet = Set(moved)
-            let walk = try ledger.walkShardMessages(after: try old.feedStart(on: ledger, over: moved), maxRows: Ledger.maxAcknowledgedPerCall,
-                                                    shardOf: map.shard(of:)) { row in
-                guard row.sequence <= end else { return .stop }
-                if let message = row.message, movedSet.contains(row.shard), !old.covers(shard: row.shard, message: message.sequence, index: row.index),
-                   target.covers(shard: row.shard, message: message.sequence, index: row.index) {
-                    if row.expires < now { expired += 1 } else { acknowledged += 1 }
-                }
-                return .pass
-            }
-            if walk.through < end {
-                // Stopped short at the bound: settle what was walked, no further.
-                var reached = old
-                _ = try reached.pass(through: walk.through, on: ledger, over: moved)
-                target = target.met(reached).joined(old)
-            }
+            let (target, acknowledged, expired) = try await Self.offPool { try Self.settle(old: old, given: given, ledger: ledger, map: map, now: now) }
             consumer.positions = target.text
             consumer.acknowledged += acknowledged
             consumer.expired += expired
             consumer.updated = now
             let bytes = Array(try JSONEncoder().encode(consumer))
             do {
-                if let (_, revision) = stored {
-                    _ = try await bucket.update(Self.key(name), bytes, lastRevision: revision)
+                if let revision = stored?.1 {
+                    _ = try await cluster { try await self.bucket.update(Self.key(name), bytes, lastRevision: revision) }
                 } else {
-                    let count = try await bucket.keys().filter { $0.hasPrefix("c.") }.count
+                    let count = try await cluster { try await self.bucket.keys().filter { $0.hasPrefix("c.") }.count }
                     guard count < MessageConsumer.maxConsumers else {
                         throw LedgerError(.limitExceeded, "there are \(count) message consumers; the limit is \(MessageConsumer.maxConsumers)")
                     }
-                    _ = try await bucket.create(Self.key(name), bytes)
+                    _ = try await cluster { try await self.bucket.create(Self.key(name), bytes) }
                 }
                 return consumer
-            } catch KeyValueError.keyExists {
-                continue  // made meanwhile by another node: read it and move it from there
-            } catch let error where error.isWrongLastSequence {
-                continue  // moved meanwhile by another acknowledgement: count again from there
+            } catch Moved.moved {
+                continue  // made or moved meanwhile by another acknowledgement: count again from there
             }
         }
         throw WireError(type: "ServiceUnavailableException", status: 503,
                         message: "consumer \(name) kept being moved by other acknowledgements while this one counted; retry")
+    }
+
+    /// Where positions `old` end up when `given` is acknowledged, and how many messages that
+    /// passed (acknowledged, expired): the shards `given` moves, walked on `ledger` from `old`.
+    private static func settle(old: ShardPositions, given: ShardPositions, ledger: Ledger, map: ShardMap, now: Timestamp) throws -> (ShardPositions, UInt64, UInt64) {
+        var target = old.joined(given)
+        let moved = (0..<map.count).filter { target[$0] != old[$0] }
+        let movedSet = Set(moved)
+        var end: UInt64 = 0
+        for shard in moved {
+            let p = target[shard]!
+            end = max(end, try ledger.feedPosition(shard: shard, sequence: p.sequence, entries: p.entries ?? Int.max))
+        }
+        var (acknowledged, expired) = (UInt64(0), UInt64(0))
+        let walk = try ledger.walkShardMessages(after: try old.feedStart(on: ledger, over: moved), maxRows: Ledger.maxAcknowledgedPerCall,
+                                                maxSettled: Ledger.maxAcknowledgedPerCall, shardOf: map.shard(of:)) { row in
+            guard row.sequence <= end else { return .stop }
+            guard let message = row.message, movedSet.contains(row.shard), !old.covers(shard: row.shard, message: message.sequence, index: row.index),
+                  target.covers(shard: row.shard, message: message.sequence, index: row.index) else { return .settled }
+            if row.expires < now { expired += 1 } else { acknowledged += 1 }
+            return .pass
+        }
+        if walk.through < end {
+            // Stopped short at a bound: settle what was walked, no further.
+            var reached = old
+            _ = try reached.pass(through: walk.through, on: ledger, over: moved)
+            target = target.met(reached).joined(old)
+        }
+        return (target, acknowledged, expired)
+    }
+
+    /// A compare-and-set that lost to another node's.
+    private enum Moved: Error { case moved }
+
+    /// Runs a call to the cluster's NATS: a refused compare-and-set becomes ``Moved``, and NATS
+    /// not answering (time-outs, a lost connection, JetStream errors) 503 — retry.
+    private func cluster<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch KeyValueError.keyExists {
+            throw Moved.moved
+        } catch let error where error.isWrongLastSequence {
+            throw Moved.moved
+        } catch let error where error is NATSError || error is JetStreamAPIError || error is KeyValueError {
+            throw WireError(type: "ServiceUnavailableException", status: 503, message: "the cluster's consumer store did not answer (\(error)); retry")
+        }
+    }
+
+    /// Reads LMDB off Swift's cooperative threads.
+    private static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await NIOThreadPool.singleton.runIfActive(body)
     }
 
     /// Waits (``replicaWait`` at most) until this node's replica applied `positions`; the first

@@ -46,7 +46,7 @@ public final class ClusterNode: Sendable {
                 leases: ShardLeases(options: options, shards: shards, ledger: ledger, jetStream: jetStream, bucket: bucket, ownership: ownership, log: log, logger: logger),
                 tail: ShardTail(shards: shards, nodeID: options.nodeID, ledger: ledger, jetStream: jetStream, ownership: ownership, counters: counters, logger: logger),
                 bucket: bucket, streamCursors: ClusterStreamCursors(bucket: buckets.streams),
-                consumers: ClusterConsumers(bucket: buckets.consumers, map: shards))
+                consumers: ClusterConsumers(bucket: buckets.consumers, map: shards, lastSequence: { try await log.lastSequence($0) }))
             ledger.bindCluster(log)
             node.tasks.withLock { tasks in
                 tasks.append(Task { await node.tail.run() })

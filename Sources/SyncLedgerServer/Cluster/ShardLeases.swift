@@ -101,25 +101,33 @@ final class ShardLeases: Sendable {
     /// the bucket's max age, less a sixth for the servers' expiry timer.
     private var validity: Duration { options.leaseTime - options.leaseTime / 6 }
 
-    private func isWrongRevision(_ error: any Error) -> Bool {
-        (error as? JetStreamAPIError)?.isWrongLastSequence ?? false
-    }
+    /// A lease update refused because the entry moved on (KV's wrong revision, or JetStream's
+    /// wrong last sequence underneath).
+    private func isWrongRevision(_ error: any Error) -> Bool { error.isWrongLastSequence }
+
+    /// How far behind this node a node below its share may be on a shard and still be handed
+    /// it in bulk: it catches up with that many messages well within one takeover.
+    static let readySlack: UInt64 = 1_000
 
     /// Takes free shards up to this node's share (shards ÷ live nodes, rounded up), and hands
-    /// one back per round while it holds more than its share.
+    /// shards back while it holds more than its share (``shardsToHandBack(held:share:nodeKeys:)``).
     func balance() async {
         // Another node forwards to the lease holder's URL: take nothing before it is known.
         guard let nodeURL = url.withLock({ $0 }) else { return }
         do {
             let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid)
             _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(try JSONEncoder().encode(record)))
-            let nodes = max(1, try await bucket.keys().filter { $0.hasPrefix("node.") }.count)
+            let nodeKeys = try await bucket.keys().filter { $0.hasPrefix("node.") }
+            let nodes = max(1, nodeKeys.count)
             let share = (shards.count + nodes - 1) / nodes
             let held = ownership.shards
-            if held.count > share, let shard = held.last, let owned = ownership.get(shard) {
-                ownership.set(shard, nil)
-                _ = try? await bucket.delete(ClusterNames.lease(shard), lastRevision: owned.revision)
-                logger.info("handed back a shard", metadata: ["shard": "\(shard)", "share": "\(share)"])
+            if held.count > share {
+                for shard in try await shardsToHandBack(held: held, share: share, nodeKeys: nodeKeys) {
+                    guard let owned = ownership.get(shard) else { continue }
+                    ownership.set(shard, nil)
+                    _ = try? await bucket.delete(ClusterNames.lease(shard), lastRevision: owned.revision)
+                    logger.info("handed back a shard", metadata: ["shard": "\(shard)", "share": "\(share)"])
+                }
                 return
             }
             var wanted = share - held.count
@@ -134,6 +142,27 @@ final class ShardLeases: Sendable {
         } catch {
             logger.warning("shard lease round failed", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// The shards to hand back this round, holding `held` (more than `share`): those that a
+    /// live node below its share has already applied to within ``readySlack`` messages of this
+    /// node — it takes them at its next round without a long catch-up — as many as such nodes
+    /// lack and this node has beyond its share. At least one (the last held), so an excess
+    /// always shrinks, if only a shard a round (a node just started, its replica still behind).
+    private func shardsToHandBack(held: [Int], share: Int, nodeKeys: [String]) async throws -> [Int] {
+        var takers: [NodeRecord] = []
+        for key in nodeKeys where key != ClusterNames.node(options.nodeID) {
+            guard let entry = try await bucket.get(key), let record = try? JSONDecoder().decode(NodeRecord.self, from: Data(entry.value)),
+                  record.owned.count < share else { continue }
+            takers.append(record)
+        }
+        let room = min(held.count - share, takers.reduce(0) { $0 + share - $1.owned.count })
+        var ready: [Int] = []
+        for shard in held.reversed() where ready.count < room {
+            let here = (try? ledger.shardCheckpoint(shard)) ?? 0
+            if takers.contains(where: { shard < $0.applied.count && $0.applied[shard] + Self.readySlack >= here }) { ready.append(shard) }
+        }
+        return ready.isEmpty ? Array(held.suffix(1)) : ready
     }
 
     /// Catches up with shard `n`'s stream and fences it; returns whether this node now owns it.
