@@ -190,9 +190,10 @@ def test_a_node_stopped_gracefully_hands_its_shards_back_at_once(bed):
     assert all(s.get("owner") != f"node{victim}" for s in report["shards"]), report["shards"]
     bed.restart(victim)
     bed.wait_converged()
-    # The others hand shards back until each node holds its share; the restarted one takes them.
-    owned = bed.wait_balanced(timeout=120)
-    assert owned[victim] > 0, owned
+    # Every shard owned again and no node above its share (with 4 shards over 3 nodes a share
+    # is 2, so the restarted node may be left none: tools/cluster-bench times the handing back
+    # with 64 shards).
+    bed.wait_balanced(timeout=120)
 
 
 def test_without_a_jetstream_quorum_writes_are_refused_and_reads_go_on(bed):
