@@ -108,7 +108,8 @@ struct ClusterImport: AsyncParsableCommand {
                 bar.update("importing", done: done, of: total, unit: "entries")
             }
         }
-        print("imported \(report.entries) entries of \(report.streams) streams as \(report.messages) messages into \(map)")
+        print("imported \(report.entries) entries of \(report.streams) streams as \(report.messages) messages into \(map)"
+              + (report.consumers > 0 ? ", and \(report.consumers) message consumer(s) with their cursors" : ""))
     }
 }
 

@@ -41,12 +41,21 @@ def test_a_ledger_moves_into_a_new_cluster_and_a_shard_moves_back_out(tmp_path):
     client.delete_dataset(IdentityPoolId=pool, IdentityId=identities[0], DatasetName="b")
     put(client, pool, identities[0], "b", {"again": "1"})
     expected = {(i, d): records(client, pool, i, d) for i in identities for d in ("a", "b")}
+    # Device messages, and a consumer that acknowledged the first three of six.
+    from devices_env import Caller, Consumer
+    sent = []
+    for n, identity in enumerate(identities[:3] * 2):
+        caller = Caller.of(single, pool, identity)
+        sequence = caller.send(caller.new_device(), f"m{n}", {"n": str(n)})
+        sent.append((f"m{n}", sequence))
+    consumer = Consumer(single, name="billing.eu")
+    assert consumer.ack(sent[2][1])["Acknowledged"] == 3
     assert single.stop() == 0
 
     with NatsCluster(os.path.join(root, "nats")) as nats:
         code, out, err = run("cluster", "import", "--data", single.data_dir, "--cluster", nats.urls, "--shards", str(SHARDS))
         assert code == 0, err
-        assert "imported" in out and f"{SHARDS} shards" in out, out
+        assert "imported" in out and f"{SHARDS} shards" in out and "1 message consumer(s)" in out, out
         # Twice is refused whole: the streams are no longer empty.
         code, out, err = run("cluster", "import", "--data", single.data_dir, "--cluster", nats.urls, "--shards", str(SHARDS))
         assert code != 0 and "already holds" in err, (out, err)
@@ -59,6 +68,14 @@ def test_a_ledger_moves_into_a_new_cluster_and_a_shard_moves_back_out(tmp_path):
                 c = node.client()
                 for (identity, dataset), want in expected.items():
                     assert records(c, pool, identity, dataset) == want, (node.data_dir, identity, dataset)
+            # The consumer goes on in the cluster where it stood: the three it had not acknowledged.
+            r = bed.nodes[1].raw("GET", "/messages", query="consumer=billing.eu&limit=100")
+            assert r.status_code == 200, r.text
+            page = r.json()
+            # (In the shards' order: the import publishes each stretch of the feed shard by shard.)
+            assert sorted(m["MessageId"] for m in page["Messages"]) == ["m3", "m4", "m5"], page
+            r = bed.nodes[2].raw("POST", "/messages/ack", body={"Consumer": "billing.eu", "Position": page["LastPosition"]})
+            assert r.status_code == 200 and r.json()["Consumer"]["Acknowledged"] == 6, r.text
             # The replicas go on from the imported history.
             put(bed.nodes[2].client(), pool, identities[3], "a", {"after": "import"})
             bed.wait_converged()

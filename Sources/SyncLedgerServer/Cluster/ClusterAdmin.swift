@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 import NATS
 public import SyncLedger
 
@@ -91,11 +91,16 @@ public struct ClusterAdmin: Sendable {
         public var entries: UInt64 = 0
         public var messages: UInt64 = 0
         public var streams: Int = 0
+        /// Device-message consumers carried into the cluster's consumer bucket.
+        public var consumers: Int = 0
     }
 
     /// Replays a single-node ledger's whole log into a new cluster's shard streams, in commit
     /// order: each stretch of the feed becomes, per shard, one message of that shard's entries
-    /// (chained as stored; every node checks the chains again when it applies them).
+    /// (chained as stored; every node checks the chains again when it applies them). The
+    /// ledger's device-message consumers go into the cluster's consumer bucket, each cursor (a
+    /// position in this ledger's feed) turned into the positions in the shards' logs that
+    /// settle the same entries (``ClusterConsumers``).
     ///
     /// Refuses — before publishing anything — a ledger whose chains do not verify, and a cluster
     /// whose shard streams already hold messages (import before the nodes first start).
@@ -105,7 +110,7 @@ public struct ClusterAdmin: Sendable {
         if let problem = verification.problem {
             throw LedgerError(.corruptData, "the ledger does not verify, so it is not imported: \(problem)")
         }
-        _ = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime) { _ in }
+        let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime) { _ in }
         var last = [UInt64](repeating: 0, count: shards.count)
         for shard in 0..<shards.count {
             last[shard] = try await jetStream.streamInfo(ClusterNames.stream(shard))?.state.lastSeq ?? 0
@@ -115,6 +120,9 @@ public struct ClusterAdmin: Sendable {
         }
         let total = try ledger.lastSequence
         var report = ImportReport(streams: verification.streams)
+        // Furthest cursor first: a message's entries settle the consumers whose cursor reached its first.
+        let consumers = try ledger.consumers().sorted { $0.cursor > $1.cursor }
+        var settled = [ShardPositions](repeating: ShardPositions(), count: consumers.count)
         var position: UInt64 = 0
         var headers = NATSHeaders()
         headers[ClusterNames.kindHeader] = ClusterNames.entriesKind
@@ -129,10 +137,21 @@ public struct ClusterAdmin: Sendable {
                                                       expectedLastSequence: last[shard], expectedStream: ClusterNames.stream(shard), timeout: .seconds(10))
                 last[shard] = ack.sequence
                 report.messages += 1
+                for (i, consumer) in consumers.enumerated() {
+                    guard let first = entries.first, consumer.cursor >= first.sequence else { break }
+                    let reached = entries.count { $0.sequence <= consumer.cursor }
+                    settled[i] = settled[i].joined(ShardPositions(positions: [shard: .init(sequence: ack.sequence, entries: reached == entries.count ? nil : reached)]))
+                }
             }
             report.entries += UInt64(segment.entries.count)
             position = segment.entries.last?.sequence ?? position
             progress(report.entries, total)
+        }
+        for (consumer, positions) in zip(consumers, settled) {
+            let carried = ClusterConsumer(name: consumer.name, positions: positions.positions.isEmpty ? "c:" : positions.text, acknowledged: consumer.acknowledged,
+                                          expired: consumer.expired, created: consumer.created, updated: consumer.updated)
+            _ = try await buckets.consumers.put(ClusterConsumers.key(consumer.name), Array(try JSONEncoder().encode(carried)))
+            report.consumers += 1
         }
         return report
     }
