@@ -178,6 +178,38 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func aMessageTakenAgainAfterItsKeyWasPurgedIsIndexedOnEveryReplica() async throws {
+        let clock = TestClock()
+        var options = LedgerOptions()
+        options.clock = clock.read
+        options.durable = false
+        try await withLedger(options) { leader in
+            try await withLedger(options) { follower in
+                let code = try await device(leader, alice)
+                let first = try await leader.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m1"))
+                _ = try await follower.merge(bytes: try #require(try leader.feedSegment(after: 0)).encoded())
+                // Four weeks on, the leader has purged its key (the follower not yet): a resend
+                // without SentAt is taken as a new message.
+                clock.advance(seconds: 29 * 86_400)
+                _ = try await leader.purgeIdempotencyKeys()
+                let again = try await leader.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m1"))
+                #expect(!again.replayed && again.sequence > first.sequence)
+                _ = try await follower.merge(bytes: try #require(try leader.feedSegment(after: first.sequence)).encoded())
+                // Both show it to consumers (the first had expired), and both answer a resend with it.
+                for ledger in [leader, follower] {
+                    #expect(try ledger.messages(after: 0, limit: 10).messages.map(\.sequence) == [again.sequence])
+                    let resent = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m1"))
+                    #expect(resent.replayed && resent.sequence == again.sequence)
+                }
+                // The follower's purge of the first entry's row leaves the key, which names the second.
+                #expect(try await follower.purgeIdempotencyKeys().messageKeys == 1)
+                let afterPurge = try await follower.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m1"))
+                #expect(afterPurge.replayed && afterPurge.sequence == again.sequence)
+                #expect(try follower.verify().isValid)
+            }
+        }
+    }
+
     @Test func updateRecordsWithAnIdempotencyKeyIsAppliedOnce() async throws {
         let clock = TestClock()
         var options = LedgerOptions()

@@ -114,7 +114,12 @@ extension Ledger {
                     while let current = pair, purge.messageKeys < batch {
                         let row = try MessageIndexRow(decoding: current.value)
                         guard row.received < cutoff else { break }
-                        _ = try txn.delete(self.schema.messageIDs, key: row.key)
+                        // The key goes with the row of the entry it names (a message taken again
+                        // after an earlier purge moved it to the newer entry).
+                        if let ack = try txn.get(self.schema.messageIDs, key: row.key), ack.count >= 8,
+                           Array(ack.prefix(8)).bigEndianUInt64() == current.key.bigEndianUInt64() {
+                            _ = try txn.delete(self.schema.messageIDs, key: row.key)
+                        }
                         try c.deleteCurrent()
                         purge.messageKeys += 1
                         pair = try c.seek(atLeast: current.key)

@@ -249,8 +249,10 @@ extension Ledger {
 
     /// Indexes a message entry (its idempotency key and its place for consumers), whichever
     /// path appended it: a device's POST, a merge or replication, a rebuild of the views. An
-    /// entry that is not a message as this version writes them is left unindexed; a key seen
-    /// before keeps its first entry.
+    /// entry that is not a message as this version writes them is left unindexed. A key seen
+    /// before moves to this entry, and the entry is indexed all the same: the writer took it as
+    /// a new message (its own copy of the key was purged), so every replica — purged or not —
+    /// shows it to consumers and answers a resend with it.
     func indexMessage(_ txn: Transaction, _ entry: LogEntry, streamID: UInt64, known: KnownMessage?) throws {
         guard entry.events.count == 1, case .put("message", let value, _) = entry.events[0] else { return }
         let message: DeviceMessage, key: [UInt8], hash: [UInt8]
@@ -261,7 +263,6 @@ extension Ledger {
             guard let decoded = try? JSONDecoder().decode(DeviceMessage.self, from: Data(value.utf8)) else { return }
             message = decoded
             key = Self.messageKey(pool: entry.stream.pool, identity: entry.stream.identity, device: entry.device ?? "", messageId: message.messageId)
-            guard try txn.get(schema.messageIDs, key: key) == nil else { return }
             hash = Array(SHA256.hash(data: Array(value.utf8)))
         }
         var ack = ByteWriter(capacity: 40)
