@@ -75,6 +75,21 @@ public struct JetStreamContext: Sendable {
         }
     }
 
+    /// Every stream with a subject matching `subject` (every stream when nil), with its
+    /// configuration and state: `$JS.API.STREAM.LIST`, one request per page the server sends
+    /// (256 streams a page), instead of one `STREAM.INFO` per stream.
+    public func streams(subject: String? = nil) async throws -> [StreamInfo] {
+        struct Request: Encodable { var offset: Int; var subject: String? }
+        struct Page: Decodable { var total: Int; var streams: [StreamInfo]? }
+        var all: [StreamInfo] = []
+        while true {
+            let page: Page = try await api("STREAM.LIST", body: Self.encode(Request(offset: all.count, subject: subject)))
+            let got = page.streams ?? []
+            all += got
+            if got.isEmpty || all.count >= page.total { return all }
+        }
+    }
+
     /// Deletes a stream and its messages.
     public func deleteStream(_ name: String) async throws {
         let _: SuccessResponse = try await api("STREAM.DELETE.\(name)")

@@ -36,6 +36,29 @@ struct JetStreamTests {
         _ = server
     }
 
+    @Test func streamListingFiltersBySubjectAndReadsEveryPage() async throws {
+        let (server, client, js) = try await Self.setUp()
+        // More than the server's 256 streams a page, and some it must leave out.
+        for i in 0..<300 {
+            var config = StreamConfig(name: "LIST_\(i)", subjects: ["list.\(i)"])
+            config.storage = .memory
+            _ = try await js.createStream(config)
+        }
+        var other = StreamConfig(name: "OTHER", subjects: ["other.>"])
+        other.storage = .memory
+        _ = try await js.createStream(other)
+        _ = try await js.publish("list.7", payload: bytes("x"))
+        _ = try await js.publish("list.7", payload: bytes("y"))
+        let listed = try await js.streams(subject: "list.>")
+        #expect(listed.count == 300)
+        #expect(Set(listed.map(\.config.name)) == Set((0..<300).map { "LIST_\($0)" }))
+        #expect(listed.first { $0.config.name == "LIST_7" }?.state.lastSeq == 2)
+        #expect(try await js.streams().count == 301)
+        #expect(try await js.streams(subject: "nothing.>").isEmpty)
+        await client.close()
+        _ = server
+    }
+
     @Test func publishDedupeAndExpectations() async throws {
         let (server, client, js) = try await Self.setUp()
         try await js.createStream(StreamConfig(name: "PUB", subjects: ["pub.>"]))

@@ -65,9 +65,12 @@ public struct ClusterAdmin: Sendable {
                 owners[shard] = holder.node
             }
         }
+        var infos: [String: StreamInfo] = [:]
+        for info in try await jetStream.streams(subject: ClusterNames.everyShardSubject) { infos[info.config.name] = info }
         var shards: [Shard] = []
         for shard in 0..<count {
-            let info = try await jetStream.streamInfo(ClusterNames.stream(shard))
+            var info = infos[ClusterNames.stream(shard)]
+            if info == nil { info = try await jetStream.streamInfo(ClusterNames.stream(shard)) }
             let last = info?.state.lastSeq ?? 0
             var replicas: [String: Bool] = [:]
             for replica in info?.cluster?.replicas ?? [] { replicas[replica.name] = replica.current }

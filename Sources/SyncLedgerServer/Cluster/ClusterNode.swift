@@ -190,13 +190,24 @@ public final class ClusterNode: Sendable {
     }
 
     /// Per shard: the stream's last sequence, this replica's checkpoint, the owner, and counts.
+    /// The streams' last sequences come from one stream listing, and the owners of the shards
+    /// held elsewhere are read concurrently: a status costs a few round trips, not two per shard.
     func status(ledger: Ledger) async -> [ShardStatus] {
+        var lastSequences: [String: UInt64] = [:]
+        for info in (try? await jetStream.streams(subject: ClusterNames.everyShardSubject)) ?? [] { lastSequences[info.config.name] = info.state.lastSeq }
+        let owners = await withTaskGroup(of: (Int, String?).self) { group in
+            for shard in 0..<shards.count { group.addTask { (shard, await self.owner(of: shard)?.node) } }
+            var owners: [Int: String] = [:]
+            for await (shard, owner) in group { owners[shard] = owner }
+            return owners
+        }
         var result: [ShardStatus] = []
         for shard in 0..<shards.count {
-            let last = try? await log.lastSequence(shard)
+            var last = lastSequences[ClusterNames.stream(shard)]
+            if last == nil { last = try? await log.lastSequence(shard) }  // not listed: ask the stream itself
             let applied = (try? ledger.shardCheckpoint(shard)) ?? 0
             let counts = counters.get(shard)
-            result.append(ShardStatus(shard: shard, lastSequence: last, applied: applied, owner: await owner(of: shard)?.node,
+            result.append(ShardStatus(shard: shard, lastSequence: last, applied: applied, owner: owners[shard],
                                       ownedHere: ownership.owns(shard), appended: counts.appended, behind: counts.behind,
                                       retried: counts.retried, failure: counts.failure))
         }

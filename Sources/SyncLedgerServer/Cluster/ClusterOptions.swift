@@ -33,6 +33,8 @@ enum ClusterNames {
     static func stream(_ shard: Int) -> String { "SYNCLEDGER_SHARD_\(shard)" }
     /// The subject shard `n`'s messages are published on.
     static func subject(_ shard: Int) -> String { "syncledger.shard.\(shard)" }
+    /// A subject filter matching every shard's subject.
+    static let everyShardSubject = "syncledger.shard.>"
     /// The KV bucket of shard leases and live nodes.
     static let leases = "syncledger_leases"
     /// The KV bucket of Cognito stream cursors (per target and shard) and BulkPublish progress.
