@@ -200,8 +200,9 @@ def test_an_expired_message_is_skipped_and_counted_as_expired(bed, senders):
     pool, people = senders
     name = "c-" + new_id()[-12:]
     start = ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
-    # Sent 0.8 s into a 1 s life: it expires moments after it is taken.
-    people[0].send(bed.nodes[0], "short", ttl=1, sent_at=time.time() - 0.8)
+    # Sent 0.5 s into a 2 s life: it expires moments after it is taken (1.5 s to spare for the
+    # request on a loaded machine).
+    people[0].send(bed.nodes[0], "short", ttl=2, sent_at=time.time() - 0.5)
     people[1].send(bed.nodes[1], "long")
     bed.wait_converged()
     deadline = time.monotonic() + 10
