@@ -100,6 +100,28 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func anIdentityStillReceivingAMergesCopiesIsNotMergedOnUntilTheyAreMade() async throws {
+        let log = try ListShardLog(shards: Self.shards)
+        try await withLedger(quick) { node in
+            let (pool, survivor, source) = try await setUp(node, log)
+            let final = try await node.newUnauthenticatedIdentity(pool: pool).id
+            _ = try await node.mergeIdentities(pool: pool, source: source, into: survivor, caller: "admin")
+            #expect(try node.pendingMergeCopies().count == 2)
+            // Merged on now, the copies would land in an identity merged away: refused, nothing written.
+            let before = log.count
+            await expectLedgerError(.unavailable) {
+                _ = try await node.mergeIdentities(pool: pool, source: survivor, into: final, caller: "admin")
+            }
+            #expect(log.count == before)
+            #expect(try await node.completePendingMergeCopies(owns: { _ in true }) == 2)
+            // Once they are made, the merge goes on, and carries them along.
+            let summary = try await node.mergeIdentities(pool: pool, source: survivor, into: final, caller: "admin")
+            #expect(summary.datasets.map(\.child).contains("drafts.\(source).\(survivor)"))
+            #expect(try await node.completePendingMergeCopies(owns: { _ in true }) == 3)
+            #expect(try node.values(try StreamName(pool: pool.rawValue, identity: final, dataset: "drafts.\(source).\(survivor)")) == ["d2": "later"])
+        }
+    }
+
     @Test func aWriteOfTwoShardsIsStillRefusedWhole() async throws {
         // Nothing the API offers writes two shards now; the guard stays for what might.
         let log = try ListShardLog(shards: Self.shards)

@@ -67,6 +67,15 @@ extension Ledger {
         }
     }
 
+    /// A copy a merge into `identity` left that this replica has not seen made (its name), if any.
+    func pendingCopy(_ txn: Transaction, pool: String, into identity: String) throws -> String? {
+        let prefix = Self.pendingIndexPrefix + Array(pool.utf8) + [0] + Array(identity.utf8) + [0]
+        return try txn.withCursor(schema.meta) { cursor in
+            guard let pair = try cursor.seek(atLeast: prefix), pair.key.starts(with: prefix) else { return nil }
+            return String(decoding: pair.key.dropFirst(prefix.count), as: UTF8.self)
+        }
+    }
+
     /// The copies merges left that this replica has not seen made, oldest merge first.
     public func pendingMergeCopies() throws -> [PendingMergeCopy] {
         try read { txn in

@@ -64,10 +64,15 @@ extension Ledger {
     /// - Throws: `.notFound` for an unknown identity; `.conflict` when either is disabled, when
     ///   both have a different user of the same provider (other than the pool's developer
     ///   provider), or a copy's name is taken; `.limitExceeded` past
-    ///   ``maxLoginsPerIdentity`` logins. Nothing is written then: the caller's transaction fails.
+    ///   ``maxLoginsPerIdentity`` logins; `.unavailable` (retry) on a cluster while copies of an
+    ///   earlier merge into `source` are still being made — merged on now, they would land in an
+    ///   identity merged away. Nothing is written then: the caller's transaction fails.
     func mergeIdentity(_ txn: Transaction, _ edit: inout IdentityEdit, pool: IdentityPoolID, source: String, into destination: String,
                        developerProvider: String?, author: String, now: Timestamp) throws -> [MergedDataset] {
         guard source != destination else { throw LedgerError(.conflict, "identity \(source) cannot be merged into itself") }
+        if let waiting = try pendingCopy(txn, pool: pool.rawValue, into: source) {
+            throw LedgerError(.unavailable, "identity \(source) is still receiving the copy \(waiting) of an earlier merge into it; nothing was written, retry in a few seconds")
+        }
         guard var from = try edit.identity(source) else { throw LedgerError(.notFound, "identity \(source) does not exist in identity pool \(pool)") }
         guard var into = try edit.identity(destination) else { throw LedgerError(.notFound, "identity \(destination) does not exist in identity pool \(pool)") }
         guard from.isEnabled else { throw LedgerError(.conflict, "identity \(source) is disabled (\(from.disabled ?? "")); it cannot be merged") }
