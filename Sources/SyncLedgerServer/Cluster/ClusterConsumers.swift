@@ -169,8 +169,10 @@ final class ClusterConsumers: Sendable {
     }
 
     /// Where positions `old` end up when `given` is acknowledged, and how many messages that
-    /// passed (acknowledged, expired): the shards `given` moves, walked on `ledger` from `old`.
-    private static func settle(old: ShardPositions, given: ShardPositions, ledger: Ledger, map: ShardMap, now: Timestamp) throws -> (ShardPositions, UInt64, UInt64) {
+    /// passed (acknowledged, expired): the shards `given` moves, walked on `ledger` from `old`,
+    /// passing at most `limit` messages and walking past at most as many others.
+    static func settle(old: ShardPositions, given: ShardPositions, ledger: Ledger, map: ShardMap, now: Timestamp,
+                       limit: Int = Ledger.maxAcknowledgedPerCall) throws -> (ShardPositions, UInt64, UInt64) {
         var target = old.joined(given)
         let moved = (0..<map.count).filter { target[$0] != old[$0] }
         let movedSet = Set(moved)
@@ -180,8 +182,8 @@ final class ClusterConsumers: Sendable {
             end = max(end, try ledger.feedPosition(shard: shard, sequence: p.sequence, entries: p.entries ?? Int.max))
         }
         var (acknowledged, expired) = (UInt64(0), UInt64(0))
-        let walk = try ledger.walkShardMessages(after: try old.feedStart(on: ledger, over: moved), maxRows: Ledger.maxAcknowledgedPerCall,
-                                                maxSettled: Ledger.maxAcknowledgedPerCall, shardOf: map.shard(of:)) { row in
+        let walk = try ledger.walkShardMessages(after: try old.feedStart(on: ledger, over: moved), maxRows: limit,
+                                                maxSettled: limit, shardOf: map.shard(of:)) { row in
             guard row.sequence <= end else { return .stop }
             guard let message = row.message, movedSet.contains(row.shard), !old.covers(shard: row.shard, message: message.sequence, index: row.index),
                   target.covers(shard: row.shard, message: message.sequence, index: row.index) else { return .settled }
