@@ -11,6 +11,7 @@ import signal
 import time
 
 from conftest import Server
+from nats_env import NatsCluster
 
 
 def retry_unwritten(call, *args, timeout=30, **kwargs):
@@ -28,6 +29,20 @@ def retry_unwritten(call, *args, timeout=30, **kwargs):
                     or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def running_bed(tmp_path_factory, name, **options):
+    """A test module's cluster (`options` go to ``ClusterBed``): a 3-node nats-server cluster
+    and three nodes, once every shard is owned; everything stopped afterwards."""
+    root = str(tmp_path_factory.mktemp(name))
+    with NatsCluster(os.path.join(root, "nats")) as nats:
+        bed = ClusterBed(root, nats, **options)
+        try:
+            bed.wait_owned()
+            yield bed
+        finally:
+            bed.stop()
 
 
 class ClusterBed:

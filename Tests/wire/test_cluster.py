@@ -2,25 +2,17 @@
 `sync_interval: always`), every shard's log an R3 file stream, every node's LMDB a replica.
 """
 
-import os
 
 import pytest
 
-from conftest import ADMIN_KEY, new_id, strip
-from cluster_env import ClusterBed
-from nats_env import NatsCluster
+from conftest import ADMIN_KEY, new_id
+from cluster_env import running_bed
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("cluster"))
-    with NatsCluster(os.path.join(root, "nats")) as nats:
-        bed = ClusterBed(root, nats)
-        try:
-            bed.wait_owned()
-            yield bed
-        finally:
-            bed.stop()
+    with running_bed(tmp_path_factory, "cluster") as bed:
+        yield bed
 
 
 def put(client, pool, identity, dataset, values):

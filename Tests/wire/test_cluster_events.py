@@ -3,30 +3,22 @@ logs (`c:<shard>=<sequence>,…`), the same on every node, so a client whose nod
 any other with `Last-Event-ID` and gets every change it missed, none twice; ids that this
 cluster did not send are refused."""
 
-import os
 import time
 
 import pytest
 
 from conftest import new_id
-from cluster_env import ClusterBed, retry_unwritten
+from cluster_env import retry_unwritten, running_bed
 from cluster_load import shard_of
 from event_clients import expect_refused, open_sse
-from nats_env import NatsCluster
 
 SHARDS = 4
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("cluster-events"))
-    with NatsCluster(os.path.join(root, "nats")) as nats:
-        bed = ClusterBed(root, nats, shards=SHARDS, lease_seconds=2)
-        try:
-            bed.wait_owned()
-            yield bed
-        finally:
-            bed.stop()
+    with running_bed(tmp_path_factory, "cluster-events", shards=SHARDS, lease_seconds=2) as bed:
+        yield bed
 
 
 def write(node, pool, identity, dataset, key):

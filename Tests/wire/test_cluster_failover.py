@@ -15,9 +15,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from conftest import BINARY, new_id
-from cluster_env import ClusterBed
+from cluster_env import running_bed
 from cluster_load import WriteLoad, check_acknowledged, shard_of, stream_entries
-from nats_env import NatsCluster
 
 SHARDS = 4
 LEASE = 2
@@ -25,14 +24,8 @@ LEASE = 2
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("cluster-failover"))
-    with NatsCluster(os.path.join(root, "nats")) as nats:
-        bed = ClusterBed(root, nats, shards=SHARDS, lease_seconds=LEASE)
-        try:
-            bed.wait_owned()
-            yield bed
-        finally:
-            bed.stop()
+    with running_bed(tmp_path_factory, "cluster-failover", shards=SHARDS, lease_seconds=LEASE) as bed:
+        yield bed
 
 
 def settle_and_check(bed, load):

@@ -4,7 +4,6 @@ shards' logs (`c:<shard>=<sequence>[.<entries>],…`), kept in the cluster's KV 
 when its node dies — every message once, none repeated after an acknowledgement. Change-feed
 sequences (one node's own) are refused there, as are positions this cluster did not give."""
 
-import os
 import threading
 import time
 
@@ -14,23 +13,16 @@ from botocore import UNSIGNED
 from botocore.config import Config
 
 from conftest import ADMIN_KEY, ADMIN_SECRET, REGION, new_id
-from cluster_env import ClusterBed
+from cluster_env import running_bed
 from cluster_load import shard_of
-from nats_env import NatsCluster
 
 SHARDS = 4
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("cluster-messages"))
-    with NatsCluster(os.path.join(root, "nats")) as nats:
-        bed = ClusterBed(root, nats, shards=SHARDS, lease_seconds=2)
-        try:
-            bed.wait_owned()
-            yield bed
-        finally:
-            bed.stop()
+    with running_bed(tmp_path_factory, "cluster-messages", shards=SHARDS, lease_seconds=2) as bed:
+        yield bed
 
 
 def call(node, method, path, body=b"", query="", creds=(ADMIN_KEY, ADMIN_SECRET, None), timeout=30):
