@@ -76,12 +76,20 @@ struct ClusterStatus: AsyncParsableCommand {
             print(String(format: "%5d  %-12@  %8llu  %-13@  %d/%d               %@", shard.shard, (shard.owner ?? "-") as NSString, shard.lastSequence,
                          (shard.streamLeader ?? "-") as NSString, current, shard.replicas.count, lag as NSString))
         }
-        guard !report.streamCursors.isEmpty else { return }
-        print("Cognito stream cursors (shard sequence acknowledged by the sink)")
-        print("pool / stream  shard  cursor  behind  delivered  failures  last error")
-        for t in report.streamCursors {
-            let last = t.shard.flatMap { s in report.shards.first { $0.shard == s }?.lastSequence } ?? 0
-            print("\(t.pool) / \(t.streamName)  \(t.shard ?? 0)  \(t.cursor)  \(last > t.cursor ? last - t.cursor : 0)  \(t.delivered)  \(t.failures)  \(t.lastError ?? "-")")
+        if !report.streamCursors.isEmpty {
+            print("Cognito stream cursors (shard sequence acknowledged by the sink)")
+            print("pool / stream  shard  cursor  behind  delivered  failures  last error")
+            for t in report.streamCursors {
+                let last = t.shard.flatMap { s in report.shards.first { $0.shard == s }?.lastSequence } ?? 0
+                print("\(t.pool) / \(t.streamName)  \(t.shard ?? 0)  \(t.cursor)  \(last > t.cursor ? last - t.cursor : 0)  \(t.delivered)  \(t.failures)  \(t.lastError ?? "-")")
+            }
+        }
+        if !report.messageConsumers.isEmpty {
+            print("Device-message consumers (behind: shard messages after their positions, of every kind)")
+            print("name  acknowledged  expired  behind  positions")
+            for c in report.messageConsumers {
+                print("\(c.name)  \(c.acknowledged)  \(c.expired)  \(c.behind)  \(c.positions)")
+            }
         }
     }
 }

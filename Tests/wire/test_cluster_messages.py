@@ -4,6 +4,8 @@ shards' logs (`c:<shard>=<sequence>[.<entries>],…`), kept in the cluster's KV 
 when its node dies — every message once, none repeated after an acknowledgement. Change-feed
 sequences (one node's own) are refused there, as are positions this cluster did not give."""
 
+import json
+import subprocess
 import threading
 import time
 
@@ -12,7 +14,7 @@ import pytest
 from botocore import UNSIGNED
 from botocore.config import Config
 
-from conftest import ADMIN_KEY, ADMIN_SECRET, REGION, new_id
+from conftest import ADMIN_KEY, ADMIN_SECRET, BINARY, REGION, new_id
 from cluster_env import running_bed
 from cluster_load import shard_of
 
@@ -130,6 +132,17 @@ def test_a_consumer_reads_on_one_node_acknowledges_on_another_and_gets_each_mess
     # Every node lists the same consumer.
     assert all(ok(n, "GET", "/messages/consumers")["Consumers"] == ok(bed.nodes[0], "GET", "/messages/consumers")["Consumers"]
                for n in bed.nodes)
+    # So does `syncledger cluster status`, straight from JetStream, with how far behind it is.
+    out = subprocess.run([BINARY, "cluster", "status", "--cluster", bed.nats.urls, "--json"], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    report = json.loads(out.stdout)
+    shown = {c["name"]: c for c in report["messageConsumers"]}[name]
+    assert (shown["positions"], shown["acknowledged"], shown["expired"]) == (listed[name]["Position"], total, 0), shown
+    # Behind: the shards' messages after its positions — here none but fences (no entries).
+    positions = dict(p.split("=") for p in shown["positions"][2:].split(","))
+    assert shown["behind"] == sum(s["lastSequence"] - int(positions.get(str(s["shard"]), "0").split(".")[0]) for s in report["shards"])
+    text = subprocess.run([BINARY, "cluster", "status", "--cluster", bed.nats.urls], capture_output=True, timeout=60)
+    assert text.returncode == 0 and f"{name}  {total}  0  {shown['behind']}  ".encode() in text.stdout, text.stdout
 
 
 def test_acknowledging_one_message_settles_its_shard_up_to_it_and_nothing_else(bed, senders):

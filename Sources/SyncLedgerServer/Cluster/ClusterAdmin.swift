@@ -36,13 +36,29 @@ public struct ClusterAdmin: Sendable {
         public var lag: [String: UInt64]
     }
 
-    /// The cluster: its shard count, live nodes with their URLs, every shard, and the Cognito
-    /// stream targets' cursors (one per target and shard that has delivered, in shard sequences).
+    /// A device-message consumer as `cluster status` shows it.
+    public struct Consumer: Sendable, Codable {
+        public var name: String
+        /// What it has settled, per shard (`c:<shard>=<sequence>[.<entries>],…`).
+        public var positions: String
+        public var acknowledged: UInt64
+        public var expired: UInt64
+        /// When it last acknowledged.
+        public var updated: Timestamp
+        /// Messages of the shards' logs after its positions (every kind of write, not only device
+        /// messages): how far behind it is, at most.
+        public var behind: UInt64
+    }
+
+    /// The cluster: its shard count, live nodes with their URLs, every shard, the Cognito
+    /// stream targets' cursors (one per target and shard that has delivered, in shard sequences)
+    /// and the device-message consumers.
     public struct Report: Sendable, Codable {
         public var shardCount: Int
         public var nodes: [String: String]
         public var shards: [Shard]
         public var streamCursors: [StreamTarget]
+        public var messageConsumers: [Consumer]
     }
 
     /// Reads the cluster's state.
@@ -84,7 +100,19 @@ public struct ClusterAdmin: Sendable {
         }
         var cursors: [StreamTarget] = []
         if let bucket = try await jetStream.keyValue(bucket: ClusterNames.streamCursors) { cursors = try await ClusterStreamCursors(bucket: bucket).all() }
-        return Report(shardCount: count, nodes: nodes.mapValues(\.url), shards: shards, streamCursors: cursors)
+        var consumers: [Consumer] = []
+        if let bucket = try await jetStream.keyValue(bucket: ClusterNames.consumers) {
+            let map = try ShardMap(count: count)
+            for c in try await ClusterConsumers(bucket: bucket, map: map, lastSequence: { _ in 0 }).all() {
+                let positions = c.positions == "c:" ? ShardPositions() : try ShardPositions.parse(c.positions, from: "consumer \(c.name)", map: map, shards: nil, what: "positions")
+                let behind = shards.reduce(UInt64(0)) { sum, shard in
+                    let at = positions[shard.shard]?.sequence ?? 0
+                    return sum + (shard.lastSequence > at ? shard.lastSequence - at : 0)
+                }
+                consumers.append(Consumer(name: c.name, positions: c.positions, acknowledged: c.acknowledged, expired: c.expired, updated: c.updated, behind: behind))
+            }
+        }
+        return Report(shardCount: count, nodes: nodes.mapValues(\.url), shards: shards, streamCursors: cursors, messageConsumers: consumers)
     }
 
     // MARK: Import
