@@ -18,6 +18,13 @@ struct Messages: AsyncParsableCommand {
         ])
     }
 
+    /// On a cluster node's data directory, says (on standard error) that consumers live in the
+    /// cluster, not in this directory's table.
+    static func noteClusterConsumers(_ ledger: Ledger) throws {
+        guard try ledger.isClusterReplica else { return }
+        printError("note: this data directory is a cluster node's replica; its device-message consumers live in the cluster (`syncledger cluster status --cluster nats://…`, GET /messages/consumers), not in this directory's table")
+    }
+
     /// `syncledger messages tail`.
     struct Tail: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -33,6 +40,7 @@ struct Messages: AsyncParsableCommand {
         func run() async throws {
             let ledger = try data.open()
             defer { ledger.close() }
+            if consumer != nil { try Messages.noteClusterConsumers(ledger) }
             var position = try after ?? consumer.map { try ledger.consumer($0)?.cursor ?? 0 } ?? 0
             var printed = 0
             while true {
@@ -66,6 +74,7 @@ struct Messages: AsyncParsableCommand {
         func run() async throws {
             let ledger = try data.open()
             defer { ledger.close() }
+            try Messages.noteClusterConsumers(ledger)
             let consumers = try ledger.consumers()
             for c in consumers {
                 let waiting = try ledger.messages(after: c.cursor, limit: 1000).messages.count

@@ -143,6 +143,9 @@ def test_a_consumer_reads_on_one_node_acknowledges_on_another_and_gets_each_mess
     assert shown["behind"] == sum(s["lastSequence"] - int(positions.get(str(s["shard"]), "0").split(".")[0]) for s in report["shards"])
     text = subprocess.run([BINARY, "cluster", "status", "--cluster", bed.nats.urls], capture_output=True, timeout=60)
     assert text.returncode == 0 and f"{name}  {total}  0  {shown['behind']}  ".encode() in text.stdout, text.stdout
+    # A node's own data directory holds none of them, and its CLI says where they are.
+    local = subprocess.run([BINARY, "messages", "consumers", "--data", bed.nodes[0].data_dir], capture_output=True, timeout=60)
+    assert local.returncode == 0 and b"consumers live in the cluster" in local.stderr, local.stderr
 
 
 def test_acknowledging_one_message_settles_its_shard_up_to_it_and_nothing_else(bed, senders):

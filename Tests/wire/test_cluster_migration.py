@@ -51,6 +51,8 @@ def test_a_ledger_moves_into_a_new_cluster_and_a_shard_moves_back_out(tmp_path):
     consumer = Consumer(single, name="billing.eu")
     assert consumer.ack(sent[2][1])["Acknowledged"] == 3
     assert single.stop() == 0
+    code, out, err = run("messages", "consumers", "--data", single.data_dir)
+    assert code == 0 and "billing.eu" in out and "cluster" not in err, (out, err)
 
     with NatsCluster(os.path.join(root, "nats")) as nats:
         code, out, err = run("cluster", "import", "--data", single.data_dir, "--cluster", nats.urls, "--shards", str(SHARDS))

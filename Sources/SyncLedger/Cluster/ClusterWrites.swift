@@ -41,6 +41,16 @@ extension Ledger {
         try read { txn in try shardCheckpoint(txn, shard) }
     }
 
+    /// Whether this ledger is a cluster node's replica: it has applied messages of a shard's log.
+    public var isClusterReplica: Bool {
+        get throws {
+            let prefix = Array("shard-checkpoint/".utf8)
+            return try read { txn in
+                try txn.withCursor(schema.meta) { cursor in try cursor.seek(atLeast: prefix)?.key.starts(with: prefix) ?? false }
+            }
+        }
+    }
+
     /// Waits until `shard`'s checkpoint reaches `sequence`, for at most `timeout`.
     /// - Returns: whether it did.
     public func waitForShard(_ shard: Int, atLeast sequence: UInt64, timeout: Duration) async throws -> Bool {
