@@ -122,6 +122,26 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func aCopyStillPendingAfterAMinuteNoLongerHoldsTheIdentityUp() async throws {
+        let log = try ListShardLog(shards: Self.shards)
+        let clock = TestClock()
+        var options = quick
+        options.clock = clock.read
+        try await withLedger(options) { node in
+            let (pool, survivor, source) = try await setUp(node, log)
+            let final = try await node.newUnauthenticatedIdentity(pool: pool).id
+            _ = try await node.mergeIdentities(pool: pool, source: source, into: survivor, caller: "admin")
+            clock.advance(seconds: 59)
+            await expectLedgerError(.unavailable) {
+                _ = try await node.mergeIdentities(pool: pool, source: survivor, into: final, caller: "admin")
+            }
+            // Nobody made the copies (say they keep failing): a minute on, the merge goes on.
+            clock.advance(seconds: 2)
+            let summary = try await node.mergeIdentities(pool: pool, source: survivor, into: final, caller: "admin")
+            #expect(summary.merged == [survivor])
+        }
+    }
+
     @Test func aWriteOfTwoShardsIsStillRefusedWhole() async throws {
         // Nothing the API offers writes two shards now; the guard stays for what might.
         let log = try ListShardLog(shards: Self.shards)

@@ -216,3 +216,16 @@ def test_a_sync_trigger_runs_on_the_owner_and_its_audit_is_in_the_identitys_shar
             assert json.loads(json.loads(audits[-1])["events"][-1]["value"])["changed"] == "k2"
     finally:
         hook.server.shutdown()
+
+
+def test_a_restarted_node_is_handed_its_share_back(bed):
+    """Last in the module: it stops a node. With 8 shards, the two others hold 4 each while it
+    is away; once it is back (share 3), each hands shards back and it takes at least 2."""
+    victim = max(range(3), key=lambda i: bed.status(bed.nodes[i])["OwnedHere"])
+    assert bed.nodes[victim].stop(timeout=15) == 0
+    owned = bed.wait_balanced(timeout=120)
+    assert sorted(owned) == [4, 4], owned
+    bed.restart(victim)
+    bed.wait_converged()
+    owned = bed.wait_balanced(timeout=120)  # per node, in order: all three are live
+    assert owned[victim] >= 2, owned

@@ -67,12 +67,22 @@ extension Ledger {
         }
     }
 
-    /// A copy a merge into `identity` left that this replica has not seen made (its name), if any.
-    func pendingCopy(_ txn: Transaction, pool: String, into identity: String) throws -> String? {
+    /// How long a merge of an identity still receiving the copies of an earlier merge into it
+    /// waits for them (is refused, to be retried) before it goes on without them.
+    static let pendingCopyHoldMilliseconds: Int64 = 60_000
+
+    /// The most recent copy a merge into `identity` left that this replica has not seen made, if any.
+    func pendingCopy(_ txn: Transaction, pool: String, into identity: String) throws -> PendingMergeCopy? {
         let prefix = Self.pendingIndexPrefix + Array(pool.utf8) + [0] + Array(identity.utf8) + [0]
         return try txn.withCursor(schema.meta) { cursor in
-            guard let pair = try cursor.seek(atLeast: prefix), pair.key.starts(with: prefix) else { return nil }
-            return String(decoding: pair.key.dropFirst(prefix.count), as: UTF8.self)
+            var latest: PendingMergeCopy?
+            var pair = try cursor.seek(atLeast: prefix)
+            while let current = pair, current.key.starts(with: prefix) {
+                let copy = try Self.decode(PendingMergeCopy.self, String(decoding: current.value, as: UTF8.self), stream: Self.identitiesStream(try IdentityPoolID(pool)))
+                if latest.map({ copy.merged.milliseconds > $0.merged.milliseconds }) ?? true { latest = copy }
+                pair = try cursor.next()
+            }
+            return latest
         }
     }
 

@@ -70,13 +70,17 @@ extension Ledger {
     func mergeIdentity(_ txn: Transaction, _ edit: inout IdentityEdit, pool: IdentityPoolID, source: String, into destination: String,
                        developerProvider: String?, author: String, now: Timestamp) throws -> [MergedDataset] {
         guard source != destination else { throw LedgerError(.conflict, "identity \(source) cannot be merged into itself") }
-        if let waiting = try pendingCopy(txn, pool: pool.rawValue, into: source) {
-            throw LedgerError(.unavailable, "identity \(source) is still receiving the copy \(waiting) of an earlier merge into it; nothing was written, retry in a few seconds")
-        }
         guard var from = try edit.identity(source) else { throw LedgerError(.notFound, "identity \(source) does not exist in identity pool \(pool)") }
         guard var into = try edit.identity(destination) else { throw LedgerError(.notFound, "identity \(destination) does not exist in identity pool \(pool)") }
         guard from.isEnabled else { throw LedgerError(.conflict, "identity \(source) is disabled (\(from.disabled ?? "")); it cannot be merged") }
         guard into.isEnabled else { throw LedgerError(.conflict, "identity \(destination) is disabled (\(into.disabled ?? "")); nothing can be merged into it") }
+        // On a cluster, a copy of an earlier merge into `source` still to be made would land in
+        // an identity merged away: wait for it — a minute at most, so a copy that keeps failing
+        // does not hold the identity up for good.
+        if cluster.current != nil, let waiting = try pendingCopy(txn, pool: pool.rawValue, into: source),
+           now.milliseconds - waiting.merged.milliseconds < Self.pendingCopyHoldMilliseconds {
+            throw LedgerError(.unavailable, "identity \(source) is still receiving the copy \(waiting.child) of an earlier merge into it; nothing was written, retry in a few seconds")
+        }
 
         let moving = try edit.logins(of: source)
         let staying = try edit.logins(of: destination)

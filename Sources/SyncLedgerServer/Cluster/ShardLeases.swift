@@ -53,6 +53,9 @@ final class ShardLeases: Sendable {
             group.addTask {
                 while !Task.isCancelled {
                     await self.renew()
+                    // Announced here too, so a long balance round (many takeovers) never lets
+                    // this node's record run out and the others think it gone.
+                    try? await self.announce()
                     try? await Task.sleep(for: period)
                 }
             }
@@ -113,10 +116,9 @@ final class ShardLeases: Sendable {
     /// shards back while it holds more than its share (``shardsToHandBack(held:share:nodeKeys:)``).
     func balance() async {
         // Another node forwards to the lease holder's URL: take nothing before it is known.
-        guard let nodeURL = url.withLock({ $0 }) else { return }
+        guard url.withLock({ $0 }) != nil else { return }
         do {
-            let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid)
-            _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(try JSONEncoder().encode(record)))
+            try await announce()
             let nodeKeys = try await bucket.keys().filter { $0.hasPrefix("node.") }
             let nodes = max(1, nodeKeys.count)
             let share = (shards.count + nodes - 1) / nodes
@@ -144,25 +146,37 @@ final class ShardLeases: Sendable {
         }
     }
 
-    /// The shards to hand back this round, holding `held` (more than `share`): those that a
-    /// live node below its share has already applied to within ``readySlack`` messages of this
-    /// node — it takes them at its next round without a long catch-up — as many as such nodes
-    /// lack and this node has beyond its share. At least one (the last held), so an excess
-    /// always shrinks, if only a shard a round (a node just started, its replica still behind).
+    /// Puts this node's record (URL, what it applied, what it owns) in the lease bucket: the
+    /// others count live nodes by these records, and read how far each has applied.
+    func announce() async throws {
+        guard let nodeURL = url.withLock({ $0 }) else { return }
+        let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid)
+        _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(try JSONEncoder().encode(record)))
+    }
+
+    /// The shards to hand back this round, holding `held` (more than `share`). For each other
+    /// node below its share whose record is fresh (announced within two lease rounds: a node
+    /// that died is not handed anything), as many as it lacks among the shards its replica has
+    /// already applied to within ``readySlack`` messages of this one — it takes them at its
+    /// next round without a long catch-up — and no more than this node has beyond its share.
+    /// At least one (the last held), so an excess always shrinks, if only a shard a round (a
+    /// node just started, its replica still behind).
     private func shardsToHandBack(held: [Int], share: Int, nodeKeys: [String]) async throws -> [Int] {
-        var takers: [NodeRecord] = []
-        for key in nodeKeys where key != ClusterNames.node(options.nodeID) {
-            guard let entry = try await bucket.get(key), let record = try? JSONDecoder().decode(NodeRecord.self, from: Data(entry.value)),
-                  record.owned.count < share else { continue }
-            takers.append(record)
+        let fresh = options.leaseTime / 3 * 2
+        var chosen: [Int] = []
+        var remaining = held.count - share
+        for key in nodeKeys where key != ClusterNames.node(options.nodeID) && remaining > 0 {
+            guard let entry = try await bucket.get(key), Duration.seconds(Date().timeIntervalSince(entry.created)) < fresh,
+                  let record = try? JSONDecoder().decode(NodeRecord.self, from: Data(entry.value)), record.owned.count < share else { continue }
+            var lacks = share - record.owned.count
+            for shard in held.reversed() where lacks > 0 && remaining > 0 && !chosen.contains(shard) && shard < record.applied.count {
+                let here = (try? ledger.shardCheckpoint(shard)) ?? 0
+                guard record.applied[shard] + Self.readySlack >= here else { continue }
+                chosen.append(shard)
+                (lacks, remaining) = (lacks - 1, remaining - 1)
+            }
         }
-        let room = min(held.count - share, takers.reduce(0) { $0 + share - $1.owned.count })
-        var ready: [Int] = []
-        for shard in held.reversed() where ready.count < room {
-            let here = (try? ledger.shardCheckpoint(shard)) ?? 0
-            if takers.contains(where: { shard < $0.applied.count && $0.applied[shard] + Self.readySlack >= here }) { ready.append(shard) }
-        }
-        return ready.isEmpty ? Array(held.suffix(1)) : ready
+        return chosen.isEmpty ? Array(held.suffix(1)) : chosen
     }
 
     /// Catches up with shard `n`'s stream and fences it; returns whether this node now owns it.
