@@ -78,15 +78,22 @@ public struct JetStreamContext: Sendable {
     /// Every stream with a subject matching `subject` (every stream when nil), with its
     /// configuration and state: `$JS.API.STREAM.LIST`, one request per page the server sends
     /// (256 streams a page), instead of one `STREAM.INFO` per stream.
+    ///
+    /// On a cluster, streams whose servers did not answer in time come back under `missing`
+    /// and are left out here (ask ``streamInfo(_:)`` for them); paging counts them all the same.
     public func streams(subject: String? = nil) async throws -> [StreamInfo] {
         struct Request: Encodable { var offset: Int; var subject: String? }
-        struct Page: Decodable { var total: Int; var streams: [StreamInfo]? }
-        var all: [StreamInfo] = []
+        struct Page: Decodable { var total: Int; var streams: [StreamInfo]?; var missing: [String]? }
+        var all: [String: StreamInfo] = [:]
+        var offset = 0
         while true {
-            let page: Page = try await api("STREAM.LIST", body: Self.encode(Request(offset: all.count, subject: subject)))
+            let page: Page = try await api("STREAM.LIST", body: Self.encode(Request(offset: offset, subject: subject)))
             let got = page.streams ?? []
-            all += got
-            if got.isEmpty || all.count >= page.total { return all }
+            for info in got { all[info.config.name] = info }
+            offset += got.count + (page.missing?.count ?? 0)
+            if got.isEmpty && (page.missing ?? []).isEmpty || offset >= page.total {
+                return all.values.sorted { $0.config.name < $1.config.name }
+            }
         }
     }
 

@@ -85,7 +85,7 @@ struct ClusterStatus: AsyncParsableCommand {
             }
         }
         if !report.messageConsumers.isEmpty {
-            print("Device-message consumers (behind: shard messages after their positions, of every kind)")
+            print("Device-message consumers (behind: shard messages not wholly passed, of every kind)")
             print("name  acknowledged  expired  behind  positions")
             for c in report.messageConsumers {
                 print("\(c.name)  \(c.acknowledged)  \(c.expired)  \(c.behind)  \(c.positions)")

@@ -45,8 +45,8 @@ public struct ClusterAdmin: Sendable {
         public var expired: UInt64
         /// When it last acknowledged.
         public var updated: Timestamp
-        /// Messages of the shards' logs after its positions (every kind of write, not only device
-        /// messages): how far behind it is, at most.
+        /// Messages of the shards' logs it has not wholly passed (each one write, of one or more
+        /// entries, of any kind — not only device messages; a message it has read part of counts).
         public var behind: UInt64
     }
 
@@ -106,8 +106,9 @@ public struct ClusterAdmin: Sendable {
             for c in try await ClusterConsumers(bucket: bucket, map: map, lastSequence: { _ in 0 }).all() {
                 let positions = c.positions == "c:" ? ShardPositions() : try ShardPositions.parse(c.positions, from: "consumer \(c.name)", map: map, shards: nil, what: "positions")
                 let behind = shards.reduce(UInt64(0)) { sum, shard in
-                    let at = positions[shard.shard]?.sequence ?? 0
-                    return sum + (shard.lastSequence > at ? shard.lastSequence - at : 0)
+                    let at = positions[shard.shard]
+                    let passed = at.map { $0.entries == nil ? $0.sequence : $0.sequence - 1 } ?? 0
+                    return sum + (shard.lastSequence > passed ? shard.lastSequence - passed : 0)
                 }
                 consumers.append(Consumer(name: c.name, positions: c.positions, acknowledged: c.acknowledged, expired: c.expired, updated: c.updated, behind: behind))
             }
@@ -129,12 +130,15 @@ public struct ClusterAdmin: Sendable {
     /// Replays a single-node ledger's whole log into a new cluster's shard streams, in commit
     /// order: each stretch of the feed becomes, per shard, one message of that shard's entries
     /// (chained as stored; every node checks the chains again when it applies them). The
-    /// ledger's device-message consumers go into the cluster's consumer bucket, each cursor (a
-    /// position in this ledger's feed) turned into the positions in the shards' logs that
-    /// settle the same entries (``ClusterConsumers``).
+    /// ledger's device-message consumers go into the cluster's consumer bucket first, each
+    /// cursor (a position in this ledger's feed) turned into the positions in the shards' logs
+    /// that settle the same entries (``ClusterConsumers``): a first pass over the feed numbers
+    /// the messages as the empty streams will (1, 2, …), so the consumers are in place before
+    /// anything is published.
     ///
-    /// Refuses — before publishing anything — a ledger whose chains do not verify, and a cluster
-    /// whose shard streams already hold messages (import before the nodes first start).
+    /// Refuses — before writing anything — a ledger whose chains do not verify, a cluster whose
+    /// shard streams already hold messages (import before the nodes first start), and one that
+    /// already has a consumer of a name the ledger's consumers use.
     public func importLedger(_ ledger: Ledger, shards: ShardMap, replicas: Int, leaseTime: Duration,
                              progress: @Sendable (UInt64, UInt64) -> Void) async throws -> ImportReport {
         let verification = try ledger.verify()
@@ -142,49 +146,77 @@ public struct ClusterAdmin: Sendable {
             throw LedgerError(.corruptData, "the ledger does not verify, so it is not imported: \(problem)")
         }
         let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime) { _ in }
-        var last = [UInt64](repeating: 0, count: shards.count)
         for shard in 0..<shards.count {
-            last[shard] = try await jetStream.streamInfo(ClusterNames.stream(shard))?.state.lastSeq ?? 0
-            guard last[shard] == 0 else {
-                throw LedgerError(.invalidParameter, "shard \(shard)'s stream already holds \(last[shard]) messages: import into a new cluster, before its nodes first start; nothing was imported")
+            let last = try await jetStream.streamInfo(ClusterNames.stream(shard))?.state.lastSeq ?? 0
+            guard last == 0 else {
+                throw LedgerError(.invalidParameter, "shard \(shard)'s stream already holds \(last) messages: import into a new cluster, before its nodes first start; nothing was imported")
             }
         }
-        let total = try ledger.lastSequence
         var report = ImportReport(streams: verification.streams)
-        // Furthest cursor first: a message's entries settle the consumers whose cursor reached its first.
-        let consumers = try ledger.consumers().sorted { $0.cursor > $1.cursor }
-        var settled = [ShardPositions](repeating: ShardPositions(), count: consumers.count)
-        var position: UInt64 = 0
+        report.consumers = try await carryConsumers(of: ledger, shards: shards, into: buckets.consumers)
+        let total = try ledger.lastSequence
+        var last = [UInt64](repeating: 0, count: shards.count)
         var headers = NATSHeaders()
         headers[ClusterNames.kindHeader] = ClusterNames.entriesKind
         headers[ClusterNames.nodeHeader] = "import"
-        while let segment = try ledger.feedSegment(after: position, maxBytes: 1 << 20) {
-            var byShard: [Int: [Segment.Entry]] = [:]
-            for entry in segment.entries { byShard[shards.shard(of: entry.stream), default: []].append(entry) }
-            for (shard, entries) in byShard.sorted(by: { $0.key < $1.key }) {
+        var position: UInt64 = 0
+        while let segment = try ledger.feedSegment(after: position, maxBytes: Self.importSegmentBytes) {
+            for (shard, entries) in Self.byShard(segment, shards) {
                 let payload = try Segment(scope: .feed, entries: entries).encoded()
                 let id = "i-" + (entries.last?.hash ?? []).map { String(format: "%02x", $0) }.joined()
                 let ack = try await jetStream.publish(ClusterNames.subject(shard), payload: payload, headers: headers, messageID: id,
                                                       expectedLastSequence: last[shard], expectedStream: ClusterNames.stream(shard), timeout: .seconds(10))
                 last[shard] = ack.sequence
                 report.messages += 1
-                for (i, consumer) in consumers.enumerated() {
-                    guard let first = entries.first, consumer.cursor >= first.sequence else { break }
-                    let reached = entries.count { $0.sequence <= consumer.cursor }
-                    settled[i] = settled[i].joined(ShardPositions(positions: [shard: .init(sequence: ack.sequence, entries: reached == entries.count ? nil : reached)]))
-                }
             }
             report.entries += UInt64(segment.entries.count)
             position = segment.entries.last?.sequence ?? position
             progress(report.entries, total)
         }
+        return report
+    }
+
+    /// How much of the feed one stretch of an import holds (before it is split by shard).
+    static let importSegmentBytes = 1 << 20
+
+    /// A feed segment's entries by shard, in shard order: the messages an import publishes for it.
+    static func byShard(_ segment: Segment, _ shards: ShardMap) -> [(Int, [Segment.Entry])] {
+        var groups: [Int: [Segment.Entry]] = [:]
+        for entry in segment.entries { groups[shards.shard(of: entry.stream), default: []].append(entry) }
+        return groups.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    /// Writes `ledger`'s device-message consumers into the cluster's consumer bucket, each
+    /// cursor as the shard positions the import's messages will give it (numbered as the empty
+    /// streams will number them). - Returns: how many. - Throws: `.invalidParameter`, writing
+    /// nothing, when the bucket already has one of their names.
+    private func carryConsumers(of ledger: Ledger, shards: ShardMap, into bucket: KeyValue) async throws -> Int {
+        // Furthest cursor first: a message's entries settle the consumers whose cursor reached its first.
+        let consumers = try ledger.consumers().sorted { $0.cursor > $1.cursor }
+        guard !consumers.isEmpty else { return 0 }
+        for consumer in consumers where try await bucket.get(ClusterConsumers.key(consumer.name)) != nil {
+            throw LedgerError(.invalidParameter, "the cluster already has a device-message consumer named \(consumer.name): import into a new cluster; nothing was imported")
+        }
+        var settled = [ShardPositions](repeating: ShardPositions(), count: consumers.count)
+        var numbered = [UInt64](repeating: 0, count: shards.count)
+        var position: UInt64 = 0
+        while let segment = try ledger.feedSegment(after: position, maxBytes: Self.importSegmentBytes), let end = segment.entries.last?.sequence {
+            for (shard, entries) in Self.byShard(segment, shards) {
+                numbered[shard] += 1
+                for (i, consumer) in consumers.enumerated() {
+                    guard let first = entries.first, consumer.cursor >= first.sequence else { break }
+                    let reached = entries.count { $0.sequence <= consumer.cursor }
+                    settled[i] = settled[i].joined(ShardPositions(positions: [shard: .init(sequence: numbered[shard], entries: reached == entries.count ? nil : reached)]))
+                }
+            }
+            position = end
+        }
         for (consumer, positions) in zip(consumers, settled) {
             let carried = ClusterConsumer(name: consumer.name, positions: positions.positions.isEmpty ? "c:" : positions.text, acknowledged: consumer.acknowledged,
                                           expired: consumer.expired, created: consumer.created, updated: consumer.updated)
-            _ = try await buckets.consumers.put(ClusterConsumers.key(consumer.name), Array(try JSONEncoder().encode(carried)))
-            report.consumers += 1
+            _ = try await bucket.create(ClusterConsumers.key(consumer.name), Array(try JSONEncoder().encode(carried)))
         }
-        return report
+        return consumers.count
     }
 
     // MARK: Export
