@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ADMIN_KEY, ADMIN_SECRET, BINARY, Server, new_id
-from cluster_env import ClusterBed
+from cluster_env import ClusterBed, retry_unwritten
 from cluster_load import shard_of
 from nats_env import NatsCluster
 from test_cluster import put
@@ -65,6 +65,7 @@ def test_a_ledger_moves_into_a_new_cluster_and_a_shard_moves_back_out(tmp_path):
         bed = ClusterBed(root, nats, shards=SHARDS, lease_seconds=2)
         try:
             bed.wait_owned()
+            bed.wait_balanced()  # no shard changes hands under the checks below
             bed.wait_converged()
             for node in bed.nodes:
                 c = node.client()
@@ -79,7 +80,7 @@ def test_a_ledger_moves_into_a_new_cluster_and_a_shard_moves_back_out(tmp_path):
             r = bed.nodes[2].raw("POST", "/messages/ack", body={"Consumer": "billing.eu", "Position": page["LastPosition"]})
             assert r.status_code == 200 and r.json()["Consumer"]["Acknowledged"] == 6, r.text
             # The replicas go on from the imported history.
-            put(bed.nodes[2].client(), pool, identities[3], "a", {"after": "import"})
+            retry_unwritten(put, bed.nodes[2].client(), pool, identities[3], "a", {"after": "import"})
             bed.wait_converged()
 
             # A node started with another shard count is refused, saying which.
