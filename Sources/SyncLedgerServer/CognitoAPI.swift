@@ -20,6 +20,12 @@ struct WireResponse: Sendable {
     }
 }
 
+/// Runs a synchronous ledger read (an LMDB scan, a sort, compression) on NIO's blocking thread
+/// pool, off Swift's cooperative pool, whose few threads must stay free for I/O.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await NIOThreadPool.singleton.runIfActive(body)
+}
+
 /// The Cognito Sync 2014-06-30 REST API over a ``Ledger``: routing, authentication,
 /// authorization, parameter parsing and the wire shapes of every operation.
 struct CognitoAPI: Sendable {
@@ -165,12 +171,6 @@ struct CognitoAPI: Sendable {
         case ("messages", "GET", "consumers"?, 2): "ListMessageConsumers"
         default: "Unknown"
         }
-    }
-
-    /// Runs a synchronous ledger read (an LMDB scan, a sort, compression) on NIO's blocking
-    /// thread pool, off Swift's cooperative pool, whose few threads must stay free for I/O.
-    func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await NIOThreadPool.singleton.runIfActive(body)
     }
 
     private func authorize(_ credential: Credential, _ route: Route) throws {

@@ -99,6 +99,13 @@ def ack(node, name, position):
     return ok(node, "POST", "/messages/ack", {"Consumer": name, "Position": position})["Consumer"]
 
 
+def new_consumer(bed):
+    """A consumer with a fresh name that has settled everything sent so far (consumers read every
+    pool): its name, and the consumer as that acknowledgement left it."""
+    name = "c-" + new_id()[-12:]
+    return name, ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
+
+
 def mine(page, pool, prefix):
     return [(m["IdentityId"], m["MessageId"]) for m in page["Messages"] if m["IdentityPoolId"] == pool and m["MessageId"].startswith(prefix)]
 
@@ -154,9 +161,7 @@ def test_a_consumer_reads_on_one_node_acknowledges_on_another_and_gets_each_mess
 
 def test_acknowledging_one_message_settles_its_shard_up_to_it_and_nothing_else(bed, senders):
     pool, people = senders
-    name = "c-" + new_id()[-12:]
-    # Start after everything sent so far.
-    start = ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
+    name, start = new_consumer(bed)
     send_all(bed, people, "part", 12)
     page = read(bed.nodes[1], name, limit=1000)
     messages = [m for m in page["Messages"] if m["IdentityPoolId"] == pool]
@@ -178,8 +183,7 @@ def test_acknowledging_one_message_settles_its_shard_up_to_it_and_nothing_else(b
 
 def test_two_nodes_acknowledging_at_once_count_each_message_once(bed, senders):
     pool, people = senders
-    name = "c-" + new_id()[-12:]
-    start = ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
+    name, start = new_consumer(bed)
     send_all(bed, people, "race", 24)
     page = read(bed.nodes[0], name, limit=1000)
     assert len(page["Messages"]) == 24
@@ -210,8 +214,7 @@ def test_two_nodes_acknowledging_at_once_count_each_message_once(bed, senders):
 
 def test_an_expired_message_is_skipped_and_counted_as_expired(bed, senders):
     pool, people = senders
-    name = "c-" + new_id()[-12:]
-    start = ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
+    name, start = new_consumer(bed)
     # Sent 0.5 s into a 2 s life: it expires moments after it is taken (1.5 s to spare for the
     # request on a loaded machine).
     people[0].send(bed.nodes[0], "short", ttl=2, sent_at=time.time() - 0.5)
@@ -231,8 +234,7 @@ def test_an_expired_message_is_skipped_and_counted_as_expired(bed, senders):
 
 def test_bad_acknowledgements_are_refused_and_change_nothing(bed, senders):
     pool, people = senders
-    name = "c-" + new_id()[-12:]
-    start = ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
+    name, start = new_consumer(bed)
     cases = [
         ({"Consumer": name, "Sequence": 5}, "not a Sequence"),
         ({"Consumer": name, "Position": 5}, "Position"),
@@ -272,8 +274,7 @@ def test_a_shard_without_new_messages_does_not_hold_a_consumer_back(bed, senders
     pool, people = senders
     quiet = people[0]
     busy = next(p for p in people if p.shard != quiet.shard)
-    name = "c-" + new_id()[-12:]
-    ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
+    name, _ = new_consumer(bed)
     sent = [(quiet.identity, "quiet-0")]
     quiet.send(bed.nodes[0], "quiet-0")
     for i in range(25):
@@ -304,8 +305,7 @@ def test_a_consumer_name_with_dots_works_as_on_one_server(bed, senders):
 def test_a_consumer_goes_on_at_another_node_when_its_node_dies(bed, senders):
     """Last in the module: it kills a node."""
     pool, people = senders
-    name = "c-" + new_id()[-12:]
-    ack(bed.nodes[0], name, read(bed.nodes[0], name, limit=1000)["LastPosition"])
+    name, _ = new_consumer(bed)
     sent = send_all(bed, people, "dies", 20)
     page = read(bed.nodes[2], name, limit=8)
     got = mine(page, pool, "dies")

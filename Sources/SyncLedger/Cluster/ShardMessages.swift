@@ -62,11 +62,8 @@ extension Ledger {
                     let row = try MessageIndexRow(decoding: current.value)
                     if names[row.streamID] == nil { names[row.streamID] = try streamName(txn, id: row.streamID) }
                     let shard = shardOf(names[row.streamID]!)
-                    var placed = ShardMessageRow(sequence: sequence, shard: shard, message: nil, index: 0, expires: row.expires)
-                    if let message = try lastMessage(txn, shard, appliedThrough: sequence), sequence - message.firstLocal < UInt64(message.count) {
-                        placed = ShardMessageRow(sequence: sequence, shard: shard, message: message, index: Int(sequence - message.firstLocal) + 1, expires: row.expires)
-                    }
-                    switch try step(placed) {
+                    let place = try self.place(txn, shard, sequence)
+                    switch try step(ShardMessageRow(sequence: sequence, shard: shard, message: place?.message, index: place?.index ?? 0, expires: row.expires)) {
                     case .stop:
                         (walk.through, ended) = (sequence - 1, true)
                         return

@@ -146,11 +146,15 @@ extension Ledger {
     /// the shard's index each.
     public func shardMessages(containing positions: [(position: UInt64, shard: Int)]) throws -> [(message: AppliedShardMessage, shard: Int, index: Int)?] {
         try read { txn in
-            try positions.map { local, shard in
-                guard let message = try lastMessage(txn, shard, appliedThrough: local), local - message.firstLocal < UInt64(message.count) else { return nil }
-                return (message, shard, Int(local - message.firstLocal) + 1)
-            }
+            try positions.map { local, shard in try place(txn, shard, local).map { ($0.message, shard, $0.index) } }
         }
+    }
+
+    /// The message of `shard` that put feed position `local` here, and the entry's place in it
+    /// (from 1); nil when none did.
+    func place(_ txn: Transaction, _ shard: Int, _ local: UInt64) throws -> (message: AppliedShardMessage, index: Int)? {
+        guard let message = try lastMessage(txn, shard, appliedThrough: local), local - message.firstLocal < UInt64(message.count) else { return nil }
+        return (message, Int(local - message.firstLocal) + 1)
     }
 
     static func decodeApplied(key: some Collection<UInt8>, value: some Collection<UInt8>, shard: Int) throws -> AppliedShardMessage {

@@ -103,8 +103,8 @@ public struct ClusterAdmin: Sendable {
         var consumers: [Consumer] = []
         if let bucket = try await jetStream.keyValue(bucket: ClusterNames.consumers) {
             let map = try ShardMap(count: count)
-            for c in try await ClusterConsumers(bucket: bucket, map: map, lastSequence: { _ in 0 }).all() {
-                let positions = c.positions == "c:" ? ShardPositions() : try ShardPositions.parse(c.positions, from: "consumer \(c.name)", map: map, shards: nil, what: "positions")
+            for c in try await ClusterConsumers.all(in: bucket) {
+                let positions = try c.settled(on: map)
                 let behind = shards.reduce(UInt64(0)) { sum, shard in
                     let at = positions[shard.shard]
                     let passed = at.map { $0.entries == nil ? $0.sequence : $0.sequence - 1 } ?? 0
@@ -212,7 +212,7 @@ public struct ClusterAdmin: Sendable {
             position = end
         }
         for (consumer, positions) in zip(consumers, settled) {
-            let carried = ClusterConsumer(name: consumer.name, positions: positions.positions.isEmpty ? "c:" : positions.text, acknowledged: consumer.acknowledged,
+            let carried = ClusterConsumer(name: consumer.name, positions: positions.text, acknowledged: consumer.acknowledged,
                                           expired: consumer.expired, created: consumer.created, updated: consumer.updated)
             _ = try await bucket.create(ClusterConsumers.key(consumer.name), Array(try JSONEncoder().encode(carried)))
         }

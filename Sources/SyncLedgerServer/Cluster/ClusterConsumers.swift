@@ -1,6 +1,5 @@
 import Foundation
 import NATS
-import NIOPosix
 import SyncLedger
 
 /// A device-message consumer of a cluster: its positions in the shards' logs and its counts.
@@ -18,12 +17,25 @@ struct ClusterConsumer: Sendable, Codable, Equatable {
     var created: Timestamp
     /// When it last acknowledged.
     var updated: Timestamp
+
+    /// A consumer that has settled nothing yet.
+    init(name: String, positions: String = ShardPositions().text, acknowledged: UInt64 = 0, expired: UInt64 = 0, created: Timestamp, updated: Timestamp) {
+        (self.name, self.positions, self.acknowledged, self.expired, self.created, self.updated) = (name, positions, acknowledged, expired, created, updated)
+    }
+
+    /// Its positions, read with `map`. - Throws: `.corruptData` when they do not read.
+    func settled(on map: ShardMap) throws -> ShardPositions {
+        if positions == ShardPositions().text { return ShardPositions() }
+        do {
+            return try ShardPositions.parse(positions, from: "a stored consumer's positions", map: map, shards: nil, what: "positions")
+        } catch {
+            throw LedgerError(.corruptData, "consumer \(name)'s positions in the cluster do not read: \(error)")
+        }
+    }
 }
 
 /// A page of messages for a cluster consumer.
 struct ClusterMessagePage: Sendable {
-    /// The consumer as stored (nil: it never acknowledged).
-    var consumer: ClusterConsumer?
     /// Where it stood when the page was read.
     var positions: ShardPositions
     /// The live messages after those positions, in this node's order, each with its own
@@ -67,18 +79,21 @@ final class ClusterConsumers: Sendable {
     func consumer(_ name: String) async throws -> (ClusterConsumer, UInt64)? {
         try MessageConsumer.validate(name: name)
         guard let entry = try await cluster({ try await self.bucket.get(Self.key(name)) }) else { return nil }
-        return (try decode(entry.value, name: name), entry.revision)
+        return (try Self.decode(entry.value, name: name), entry.revision)
     }
 
     /// Every consumer in the cluster, by name.
     func all() async throws -> [ClusterConsumer] {
-        try await cluster {
-            var result: [ClusterConsumer] = []
-            for key in try await self.bucket.keys() where key.hasPrefix("c.") {
-                if let entry = try await self.bucket.get(key) { result.append(try self.decode(entry.value, name: String(key.dropFirst(2)))) }
-            }
-            return result.sorted { $0.name < $1.name }
+        try await cluster { try await Self.all(in: self.bucket) }
+    }
+
+    /// Every consumer in `bucket`, by name.
+    static func all(in bucket: KeyValue) async throws -> [ClusterConsumer] {
+        var result: [ClusterConsumer] = []
+        for key in try await bucket.keys() where key.hasPrefix("c.") {
+            if let entry = try await bucket.get(key) { result.append(try decode(entry.value, name: String(key.dropFirst(2)))) }
         }
+        return result.sorted { $0.name < $1.name }
     }
 
     /// The live messages after consumer `name`'s positions, read from `ledger` (this node's
@@ -87,13 +102,13 @@ final class ClusterConsumers: Sendable {
     /// - Throws: 503 when the replica does not reach the consumer's positions in time.
     func page(_ name: String, limit: Int, ledger: Ledger, now: Timestamp) async throws -> ClusterMessagePage {
         let stored = try await consumer(name)
-        let positions = try stored.map { try positionsOf($0.0) } ?? ShardPositions()
-        if let behind = try await wait(ledger, for: positions) {
+        let positions = try stored?.0.settled(on: map) ?? ShardPositions()
+        if let behind = try await positions.waitForReplica(ledger, timeout: Self.replicaWait) {
             throw WireError(type: "ServiceUnavailableException", status: 503,
                             message: "consumer \(name) has settled message \(behind.wanted) of shard \(behind.shard), which this node's replica has not applied yet (it applied \(behind.applied)); retry, here or on another node")
         }
         let map = self.map
-        return try await Self.offPool {
+        return try await offPool {
             let every = Array(0..<map.count)
             var skipped = 0
             var read: [UInt64: ShardPositions] = [:]
@@ -112,7 +127,7 @@ final class ClusterConsumers: Sendable {
             }
             var last = positions
             _ = try last.pass(through: walk.through, on: ledger, over: every)
-            return ClusterMessagePage(consumer: stored?.0, positions: positions, messages: walk.messages.compactMap { m in read[m.sequence].map { (m, $0) } },
+            return ClusterMessagePage(positions: positions, messages: walk.messages.compactMap { m in read[m.sequence].map { (m, $0) } },
                                       last: last, skippedExpired: skipped)
         }
     }
@@ -129,7 +144,7 @@ final class ClusterConsumers: Sendable {
     ///   ``MessageConsumer/maxConsumers``.
     func acknowledge(_ name: String, through given: ShardPositions, ledger: Ledger, now: Timestamp) async throws -> ClusterConsumer {
         try MessageConsumer.validate(name: name)
-        if let behind = try await wait(ledger, for: given) {
+        if let behind = try await given.waitForReplica(ledger, timeout: Self.replicaWait) {
             let last = try await cluster { try await self.lastSequence(behind.shard) }
             guard behind.wanted <= last else {
                 throw WireError.invalidParameter("Position names message \(behind.wanted) of shard \(behind.shard), past the end of its log (\(last)): it was not given by this cluster")
@@ -139,11 +154,11 @@ final class ClusterConsumers: Sendable {
         }
         for _ in 0..<10 {
             let stored = try await consumer(name)
-            let old = try stored.map { try positionsOf($0.0) } ?? ShardPositions()
-            guard old.joined(given) != old else { return stored?.0 ?? ClusterConsumer(name: name, positions: "c:", acknowledged: 0, expired: 0, created: now, updated: now) }
+            var consumer = stored?.0 ?? ClusterConsumer(name: name, created: now, updated: now)
+            let old = try consumer.settled(on: map)
+            guard old.joined(given) != old else { return consumer }
             let map = self.map
-            var consumer = stored?.0 ?? ClusterConsumer(name: name, positions: "c:", acknowledged: 0, expired: 0, created: now, updated: now)
-            let (target, acknowledged, expired) = try await Self.offPool { try Self.settle(old: old, given: given, ledger: ledger, map: map, now: now) }
+            let (target, acknowledged, expired) = try await offPool { try Self.settle(old: old, given: given, ledger: ledger, map: map, now: now) }
             consumer.positions = target.text
             consumer.acknowledged += acknowledged
             consumer.expired += expired
@@ -216,31 +231,7 @@ final class ClusterConsumers: Sendable {
         }
     }
 
-    /// Reads LMDB off Swift's cooperative threads.
-    private static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await NIOThreadPool.singleton.runIfActive(body)
-    }
-
-    /// Waits (``replicaWait`` at most) until this node's replica applied `positions`; the first
-    /// shard still behind, if any.
-    private func wait(_ ledger: Ledger, for positions: ShardPositions) async throws -> (shard: Int, wanted: UInt64, applied: UInt64)? {
-        let deadline = ContinuousClock.now + Self.replicaWait
-        for item in try positions.ahead(of: ledger) {
-            _ = try await ledger.waitForShard(item.shard, atLeast: item.wanted, timeout: max(.zero, deadline - .now))
-        }
-        return try positions.ahead(of: ledger).first
-    }
-
-    private func positionsOf(_ consumer: ClusterConsumer) throws -> ShardPositions {
-        if consumer.positions == "c:" { return ShardPositions() }
-        do {
-            return try ShardPositions.parse(consumer.positions, from: "a stored consumer's positions", map: map, shards: nil, what: "positions")
-        } catch {
-            throw LedgerError(.corruptData, "consumer \(consumer.name)'s positions in the cluster do not read: \(error)")
-        }
-    }
-
-    private func decode(_ bytes: [UInt8], name: String) throws -> ClusterConsumer {
+    private static func decode(_ bytes: [UInt8], name: String) throws -> ClusterConsumer {
         do { return try JSONDecoder().decode(ClusterConsumer.self, from: Data(bytes)) } catch {
             throw LedgerError(.corruptData, "message consumer \(name) in the cluster does not decode: \(error)")
         }

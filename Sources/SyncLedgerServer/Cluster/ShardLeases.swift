@@ -81,7 +81,7 @@ final class ShardLeases: Sendable {
                     ownership.set(shard, .init(revision: revision, validUntil: sent + validity))
                 }
             } catch {
-                if ContinuousClock.now >= owned.validUntil || isWrongRevision(error) {
+                if ContinuousClock.now >= owned.validUntil || error.isWrongLastSequence {
                     ownership.set(shard, nil)
                     logger.warning("lost a shard's lease", metadata: ["shard": "\(shard)", "error": "\(error)"])
                 }
@@ -103,10 +103,6 @@ final class ShardLeases: Sendable {
     /// How long a lease surely stays ours after the request that made or renewed it was sent:
     /// the bucket's max age, less a sixth for the servers' expiry timer.
     private var validity: Duration { options.leaseTime - options.leaseTime / 6 }
-
-    /// A lease update refused because the entry moved on (KV's wrong revision, or JetStream's
-    /// wrong last sequence underneath).
-    private func isWrongRevision(_ error: any Error) -> Bool { error.isWrongLastSequence }
 
     /// How far behind this node a node below its share may be on a shard and still be handed
     /// it in bulk: it catches up with that many messages well within one takeover.

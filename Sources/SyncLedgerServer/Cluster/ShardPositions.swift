@@ -137,6 +137,16 @@ struct ShardPositions: Sendable, Equatable {
         return start == .max ? try ledger.lastSequence : start
     }
 
+    /// Waits, `timeout` at most in all, until this replica applied every shard's position; the
+    /// first shard still behind then, if any.
+    func waitForReplica(_ ledger: Ledger, timeout: Duration) async throws -> (shard: Int, wanted: UInt64, applied: UInt64)? {
+        let deadline = ContinuousClock.now + timeout
+        for item in try ahead(of: ledger) {
+            _ = try await ledger.waitForShard(item.shard, atLeast: item.wanted, timeout: max(.zero, deadline - .now))
+        }
+        return try ahead(of: ledger).first
+    }
+
     /// Shards whose position this replica has not applied yet, with how far it got.
     func ahead(of ledger: Ledger) throws -> [(shard: Int, wanted: UInt64, applied: UInt64)] {
         try positions.sorted { $0.key < $1.key }.compactMap { shard, p in

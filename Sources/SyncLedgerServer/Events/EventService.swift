@@ -83,11 +83,7 @@ final class EventService: Sendable {
     /// client came from a node further on) waits for it, 3 s at most in all.
     /// - Throws: 400 when it is still behind: the id was not sent by this cluster, or this node lags.
     private func waitForReplica(_ resume: ShardPositions) async throws {
-        let deadline = ContinuousClock.now + .seconds(3)
-        for item in try resume.ahead(of: ledger) {
-            _ = try await ledger.waitForShard(item.shard, atLeast: item.wanted, timeout: max(.zero, deadline - .now))
-        }
-        if let first = try resume.ahead(of: ledger).first {
+        if let first = try await resume.waitForReplica(ledger, timeout: .seconds(3)) {
             throw WireError.invalidParameter("the event id names message \(first.wanted) of shard \(first.shard), which this node's replica has not reached (it applied \(first.applied)): it was not sent by this cluster, or this node lags; retry")
         }
     }
