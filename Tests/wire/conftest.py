@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -271,10 +270,27 @@ def start_server(tmp_root, name, extra_args=()):
 
 
 @pytest.fixture(scope="session")
-def tmp_root():
-    root = tempfile.mkdtemp(prefix="syncledger-wire-")
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+def tmp_root(tmp_path_factory):
+    """The session's servers' data directories and logs (`<name>` and `<name>.log`), under
+    pytest's base temporary directory: `tools/test` points it at a folder it keeps when a test
+    fails and names in its last lines."""
+    return str(tmp_path_factory.mktemp("servers"))
+
+
+_failed_tests = []
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        _failed_tests.append(report.nodeid + ("" if report.when == "call" else f" ({report.when})"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Writes the failing tests' ids to $SYNCLEDGER_WIRE_FAILURES (tools/test prints them last)."""
+    path = os.environ.get("SYNCLEDGER_WIRE_FAILURES")
+    if path:
+        with open(path, "w") as out:
+            out.writelines(name + "\n" for name in _failed_tests)
 
 
 @pytest.fixture(scope="session")
