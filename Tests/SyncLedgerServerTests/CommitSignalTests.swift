@@ -37,8 +37,10 @@ import SyncLedgerTestSupport
         #expect(await signal.wait(after: signal.generation, timeout: .milliseconds(200)) == false)
         let elapsed = ContinuousClock.now - start
         // Ended by its timeout, not at once; the upper bound only rules out a wait that outlives
-        // it by far (a loaded 2-core machine once took 7 s to run the timer's task).
-        #expect(elapsed >= .milliseconds(190) && elapsed < .seconds(30))
+        // it by far. Swift Testing runs the suites on the cooperative pool, two threads here, and
+        // CPU-heavy suites beside it delayed the timer's task by 7 s once and by 52 s in a run
+        // with a loaded machine: the bound is set for such a run, not for the usual 0.2 s.
+        #expect(elapsed >= .milliseconds(190) && elapsed < .seconds(180))
         #expect(signal.waiting == 0)
     }
 
