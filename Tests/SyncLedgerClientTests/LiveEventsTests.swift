@@ -5,7 +5,7 @@ import Synchronization
 import Testing
 
 /// Polls `condition` every 20 ms until it holds or `seconds` passed; returns whether it held.
-/// Polls `condition` until it holds or `seconds` pass. The deadline bounds only a failing wait:
+/// The deadline bounds only a failing wait:
 /// it is generous because Swift Testing shares two cooperative threads among every suite, and
 /// CPU-heavy suites beside these starved them past 50 s in a run on a loaded machine.
 func waitUntil(_ seconds: Double = 120, _ condition: () async throws -> Bool) async throws -> Bool {
