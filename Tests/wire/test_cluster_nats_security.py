@@ -1,0 +1,108 @@
+"""Cluster mode over a secured NATS (nats_env.NatsSecurity: TLS with client certificates,
+accounts, per-user permissions): nodes join with their user, `cluster status` signs in with the
+admin nkey, and a node with a wrong password or an untrusted CA is refused, saying why.
+"""
+
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+
+from conftest import ADMIN_KEY, ADMIN_SECRET, BINARY
+from cluster_env import running_bed
+import nats_pki
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory):
+    with running_bed(tmp_path_factory, "cluster-security", shards=4) as bed:
+        yield bed
+
+
+def run(*args, env=None, timeout=60):
+    """`syncledger *args` with the admin credential and `env` over the inherited environment."""
+    full = dict(os.environ)
+    full.update(SYNCLEDGER_ACCESS_KEY_ID=ADMIN_KEY, SYNCLEDGER_SECRET_ACCESS_KEY=ADMIN_SECRET)
+    full.update(env or {})
+    out = subprocess.run([BINARY, *args], capture_output=True, timeout=timeout, env=full, stdin=subprocess.DEVNULL)
+    return out.returncode, out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace")
+
+
+def node_flags(security, password_file=None, ca=None, cert=True):
+    flags = ["--nats-user", security.node_user, "--nats-password-file", password_file or security.node_password_file,
+             "--nats-ca", ca or security.ca_file]
+    if cert:
+        flags += ["--nats-cert", security.client_cert, "--nats-key", security.client_key]
+    return flags
+
+
+def serve(bed, tmp_path, name, flags):
+    return run("serve", "--data", str(tmp_path / name), "--port", "0", "--cluster", bed.nats.urls, "--shards", "4",
+               "--node-id", name, *flags)
+
+
+def test_nodes_and_admin_commands_sign_in_and_no_secret_is_shown(bed):
+    security = bed.nats.security
+    # The nodes joined (the fixture waited for every shard to be owned) with the flags, and the
+    # admin command signs in as the nkey user from the environment.
+    code, out, err = run("cluster", "status", "--cluster", bed.nats.urls, "--json")
+    assert code == 0, err
+    assert len(json.loads(out)["nodes"]) == 3
+    for i, node in enumerate(bed.nodes):
+        cmdline = open(f"/proc/{node.process.pid}/cmdline", "rb").read().decode(errors="replace")
+        assert security.node_password not in cmdline and "--nats-password-file" in cmdline
+        log = open(node.log_path, errors="replace").read()
+        assert security.node_password not in log
+    # Every connection to the nats-servers is TLS with a verified client certificate.
+    clients = [c for n in bed.nats.nodes for c in n.monitor("/connz?auth=true")["connections"]
+               if c.get("name", "").startswith("syncledger-node")]
+    assert len(clients) == 3 and all(c.get("tls_version") for c in clients), clients
+    assert {c.get("authorized_user") for c in clients} <= {security.node_user, security.admin_nkey}
+
+
+def test_a_node_with_a_wrong_password_is_refused_with_the_reason(bed, tmp_path):
+    wrong = nats_pki.write_secret(str(tmp_path / "wrong.password"), "not-the-password")
+    code, out, err = serve(bed, tmp_path, "intruder", node_flags(bed.nats.security, password_file=wrong))
+    assert code != 0, (out, err)
+    assert "authorization violation" in err and "--nats-password-file" in err, err
+    assert "not-the-password" not in err + out
+
+
+def test_a_node_trusting_another_ca_refuses_the_servers(bed, tmp_path):
+    code, out, err = serve(bed, tmp_path, "misled", node_flags(bed.nats.security, ca=bed.nats.security.rogue_ca.cert_path))
+    assert code != 0, (out, err)
+    assert "certificate verification failed" in err and "--nats-ca" in err, err
+
+
+def test_a_node_without_a_client_certificate_is_refused(bed, tmp_path):
+    code, out, err = serve(bed, tmp_path, "nocert", node_flags(bed.nats.security, cert=False))
+    assert code != 0, (out, err)
+    assert "cannot join the cluster" in err and "TLS" in err, err
+
+
+def test_secret_files_and_flags_are_checked_before_connecting(bed, tmp_path):
+    security = bed.nats.security
+    loose = tmp_path / "loose.password"
+    loose.write_text(security.node_password)
+    os.chmod(loose, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+    code, out, err = serve(bed, tmp_path, "loose", node_flags(security, password_file=str(loose)))
+    assert code != 0 and "readable by every user" in err, err
+    assert security.node_password not in err + out
+    code, out, err = serve(bed, tmp_path, "missing", node_flags(security, password_file=str(tmp_path / "nope")))
+    assert code != 0 and "no such file" in err, err
+    code, out, err = serve(bed, tmp_path, "two", [*node_flags(security), "--nats-nkey-file", security.admin_seed_file])
+    assert code != 0 and "one way to authenticate" in err, err
+    code, out, err = run("serve", "--data", str(tmp_path / "plain"), "--port", "0", "--nats-ca", security.ca_file)
+    assert code != 0 and "--cluster" in err, err
+
+
+def test_another_accounts_user_sees_nothing_of_the_cluster(bed):
+    security = bed.nats.security
+    pw = nats_pki.write_secret(os.path.join(os.path.dirname(security.node_password_file), "app.password"), security.app_password)
+    # The flags replace the environment's admin nkey.
+    code, out, err = run("cluster", "status", "--cluster", bed.nats.urls, "--nats-user", security.app_user,
+                         "--nats-password-file", pw, timeout=90)
+    assert code != 0, out
+    assert '"nodes"' not in out
