@@ -109,7 +109,7 @@ extension NATSChannelHandler {
 
     /// A TLS error as a typed NATSError naming what failed.
     static func describeTLS(_ error: any Error, address: ServerAddress) -> NATSError? {
-        let text = String(describing: error)
+        let text = reason(error)
         if let extra = error as? NIOSSLExtraError, extra == .failedToValidateHostname {
             return .certificateUntrusted("\(address): the server's certificate does not name \(address.host)")
         }
@@ -123,5 +123,20 @@ extension NATSChannelHandler {
             return .tlsHandshakeFailed("\(address) refused the client certificate (give one its CA signed): \(text)")
         }
         return .tlsHandshakeFailed("\(address): \(text)")
+    }
+
+    /// BoringSSL's reason codes (`CERTIFICATE_VERIFY_FAILED`, …) when the error carries them,
+    /// else the error's description.
+    static func reason(_ error: any Error) -> String {
+        let text = String(describing: error)
+        var codes: [String] = []
+        var rest = Substring(text)
+        while let r = rest.range(of: "OPENSSL_internal:") {
+            let tail = rest[r.upperBound...]
+            let code = tail.prefix { $0.isLetter || $0.isNumber || $0 == "_" }
+            if !code.isEmpty { codes.append(String(code)) }
+            rest = tail.dropFirst(code.count)
+        }
+        return codes.isEmpty ? text : codes.joined(separator: ", ")
     }
 }
