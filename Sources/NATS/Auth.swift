@@ -3,7 +3,7 @@ import Foundation
 
 /// How a ``NATSClient`` authenticates in CONNECT. Every form keeps its secret out of
 /// `description` (and so out of logs and error messages).
-public enum NATSAuth: Sendable, Equatable, CustomStringConvertible {
+public enum NATSAuth: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// No credentials (the server's `no_auth_user`, or a server without authorization).
     case none
     /// `user` / `pass` (a server's `authorization { user password }` or an account's `users`).
@@ -22,6 +22,10 @@ public enum NATSAuth: Sendable, Equatable, CustomStringConvertible {
         case .nkey(let pair): "nkey \(pair.publicKey)"
         }
     }
+
+    public var debugDescription: String { description }
+    /// No children: `dump` and interpolation of a containing value show only ``description``.
+    public var customMirror: Mirror { Mirror(self, children: [:]) }
 
     /// The CONNECT fields for this form; `nonce` is INFO's (nkey needs it).
     func connectFields(nonce: String?) throws(NATSError) -> [String] {
@@ -43,7 +47,7 @@ public enum NATSAuth: Sendable, Equatable, CustomStringConvertible {
 
 /// An NKey user key pair from its seed (`SU…`: base32 of a prefix, the 32-byte ed25519 seed and
 /// a CRC-16), as `nsc` or `nk -gen user` make them.
-public struct NKeyPair: Sendable, Equatable {
+public struct NKeyPair: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The user's public key, `U…` (what the server's config names in `users: [{nkey: …}]`).
     public let publicKey: String
     private let seed: [UInt8]
@@ -102,6 +106,11 @@ public struct NKeyPair: Sendable, Equatable {
     }
 
     public static func == (a: NKeyPair, b: NKeyPair) -> Bool { a.publicKey == b.publicKey }
+
+    /// The public key only.
+    public var description: String { "NKeyPair(\(publicKey))" }
+    public var debugDescription: String { description }
+    public var customMirror: Mirror { Mirror(self, children: ["publicKey": publicKey]) }
 }
 
 /// NKey prefix bytes (nats-io/nkeys).

@@ -102,6 +102,18 @@ struct AuthTests {
         }
         #expect(NATSAuth.userPassword(user: "bob", password: "hunter2").description.contains("hunter2") == false)
         #expect(NATSAuth.token("tok-123").description.contains("tok-123") == false)
+        // Nor does printing or dumping options that hold them.
+        var options = NATSClientOptions(servers: ["nats://127.0.0.1:4222"])
+        options.auth = .userPassword(user: "bob", password: "hunter2")
+        var dumped = ""
+        dump(options, to: &dumped)
+        #expect(!"\(options)".contains("hunter2") && !String(reflecting: options).contains("hunter2") && !dumped.contains("hunter2"))
+        let pair = NKeyPair.generateUser()
+        options.auth = .nkey(pair)
+        dumped = ""
+        dump(options, to: &dumped)
+        let secretPart = String(pair.seedText.dropFirst(2).prefix(20))
+        #expect(!"\(options)".contains(secretPart) && !dumped.contains(secretPart) && !dumped.contains("seed") && "\(options)".contains(pair.publicKey))
     }
 
     @Test func reconnectionAuthenticatesAgain() async throws {

@@ -5,7 +5,7 @@ import NATS
 /// their file or environment variable; `description` never shows them.
 public struct ClusterConnection: Sendable, Equatable, CustomStringConvertible {
     /// At most one way to authenticate.
-    public enum Credentials: Sendable, Equatable {
+    public enum Credentials: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
         /// None (a server without authorization, or its `no_auth_user`).
         case none
         /// A user and its password.
@@ -14,6 +14,18 @@ public struct ClusterConnection: Sendable, Equatable, CustomStringConvertible {
         case token(String)
         /// An NKey user's seed (`SU…`).
         case nkeySeed(String)
+
+        /// Names the method (and user), never the secret.
+        public var description: String {
+            switch self {
+            case .none: "no credentials"
+            case .userPassword(let user, _): "user \(user) with a password"
+            case .token: "a token"
+            case .nkeySeed: "an nkey"
+            }
+        }
+        public var debugDescription: String { description }
+        public var customMirror: Mirror { Mirror(self, children: [:]) }
     }
 
     public var credentials: Credentials = .none
@@ -28,13 +40,7 @@ public struct ClusterConnection: Sendable, Equatable, CustomStringConvertible {
     public init() {}
 
     public var description: String {
-        var parts: [String] = []
-        switch credentials {
-        case .none: parts.append("no credentials")
-        case .userPassword(let user, _): parts.append("user \(user) with a password")
-        case .token: parts.append("a token")
-        case .nkeySeed: parts.append("an nkey")
-        }
+        var parts = [credentials.description]
         if let caFile { parts.append("CA \(caFile)") }
         if let certificateFile { parts.append("client certificate \(certificateFile)") }
         if requireTLS { parts.append("TLS required") }
