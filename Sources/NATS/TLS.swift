@@ -25,6 +25,12 @@ public struct NATSTLSOptions: Sendable, Equatable {
         self.required = required
     }
 
+    /// Reads the files now, as a connection would: throws ``NATSError/tlsConfiguration(_:)``
+    /// naming a file that is missing or not PEM, or a certificate without its key.
+    public func check() throws(NATSError) {
+        if caFile != nil || certificateFile != nil || keyFile != nil { _ = try makeContext() }
+    }
+
     /// True when the client insists on TLS.
     var isRequired: Bool { required || caFile != nil || certificateFile != nil }
 

@@ -71,6 +71,7 @@ struct NATSFlags: ParsableArguments {
                 throw ValidationError("\(flag) \(path): no such readable file")
             }
         }
+        do { try c.validate() } catch let error as StartupError { throw ValidationError(error.message) }
         return c
     }
 

@@ -105,6 +105,13 @@ def test_secret_files_and_flags_are_checked_before_connecting(bed, tmp_path):
     assert code != 0 and "one way to authenticate" in err, err
     code, out, err = run("serve", "--data", str(tmp_path / "plain"), "--port", "0", "--nats-ca", security.ca_file)
     assert code != 0 and "--cluster" in err, err
+    bad_seed = nats_pki.write_secret(str(tmp_path / "bad.nk"), "SUNOTASEED")
+    code, out, err = run("cluster", "status", "--cluster", bed.nats.urls, "--nats-nkey-file", bad_seed)
+    assert code != 0 and "nkey seed" in err and "SUNOTASEED" not in err, err
+    not_pem = tmp_path / "ca.txt"
+    not_pem.write_text("not a certificate")
+    code, out, err = serve(bed, tmp_path, "notpem", node_flags(security, ca=str(not_pem)))
+    assert code != 0 and "CA file" in err and str(not_pem) in err, err
 
 
 def test_another_accounts_user_sees_nothing_of_the_cluster(bed):

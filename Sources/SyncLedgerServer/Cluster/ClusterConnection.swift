@@ -47,6 +47,16 @@ public struct ClusterConnection: Sendable, Equatable, CustomStringConvertible {
         return parts.joined(separator: ", ")
     }
 
+    /// Checks what can be checked before connecting: the nkey seed parses, the CA, certificate
+    /// and key files are PEM. Throws ``StartupError`` saying which (never echoing a secret).
+    public func validate() throws {
+        var options = NATSClientOptions(servers: [])
+        try apply(to: &options)
+        do { try options.tls.check() } catch {
+            throw StartupError(Self.explain(error))
+        }
+    }
+
     /// Sets `options`' credentials and TLS.
     /// - Throws: ``StartupError`` for an nkey seed that does not parse (without echoing it).
     func apply(to options: inout NATSClientOptions) throws {
