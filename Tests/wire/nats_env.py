@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sysconfig
 import time
@@ -188,6 +189,20 @@ cluster {{
             return False
 
 
+def read_line(sock):
+    """One protocol line (without CRLF) from `sock`, skipping INFO updates."""
+    while True:
+        line = b""
+        while not line.endswith(b"\r\n"):
+            chunk = sock.recv(1)
+            if not chunk:
+                return line.decode(errors="replace") or "<closed>"
+            line += chunk
+        text = line[:-2].decode(errors="replace")
+        if not text.startswith("INFO "):
+            return text
+
+
 class NatsCluster:
     """Three clustered nats-servers with JetStream; `with NatsCluster(dir) as c:` stops them all.
     With `secure` (the default), TLS and accounts as ``NatsSecurity`` makes them, and while the
@@ -235,6 +250,29 @@ class NatsCluster:
             return []
         return ["--nats-user", s.node_user, "--nats-password-file", s.node_password_file, "--nats-ca", s.ca_file,
                 "--nats-cert", s.client_cert, "--nats-key", s.client_key]
+
+    def raw_client(self, user=None, password=None, node=0, timeout=10):
+        """A socket to server `node` that has read INFO, set up TLS (the CA, the client
+        certificate), sent CONNECT with `user`/`password` (default: the nodes' user) and PING:
+        for tests that speak NATS by hand. Returns (socket, the first line after CONNECT:
+        `PONG`, or the server's `-ERR …`)."""
+        s = self.security
+        sock = socket.create_connection(("127.0.0.1", self.nodes[node].client_port), timeout=timeout)
+        info = b""
+        while not info.endswith(b"\r\n"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise AssertionError(f"the server closed before its INFO: {info!r}")
+            info += chunk
+        if s is not None:
+            context = ssl.create_default_context(cafile=s.ca_file)
+            context.load_cert_chain(s.client_cert, s.client_key)
+            sock = context.wrap_socket(sock, server_hostname="127.0.0.1")
+        connect = {"verbose": False, "pedantic": False, "headers": True, "protocol": 1, "tls_required": s is not None}
+        if s is not None or user is not None:
+            connect.update(user=user or s.node_user, **{"pass": password if password is not None else s.node_password})
+        sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+        return sock, read_line(sock)
 
     def _set_env(self):
         if self.security is None or self._saved_env is not None:

@@ -114,6 +114,21 @@ def test_secret_files_and_flags_are_checked_before_connecting(bed, tmp_path):
     assert code != 0 and "CA file" in err and str(not_pem) in err, err
 
 
+def test_the_servers_refuse_bad_passwords_and_what_the_nodes_user_may_not_do(bed):
+    from nats_env import read_line
+    sock, answer = bed.nats.raw_client(password="wrong")
+    assert answer == "-ERR 'Authorization Violation'", answer
+    sock.close()
+    sock, answer = bed.nats.raw_client()
+    assert answer == "PONG", answer
+    # The nodes' user may not listen on the shard subjects nor publish outside SyncLedger's.
+    sock.sendall(b"SUB syncledger.shard.> 1\r\nPUB elsewhere.x 2\r\nhi\r\nPING\r\n")
+    lines = [read_line(sock) for _ in range(3)]
+    assert lines == ["-ERR 'Permissions Violation for Subscription to \"syncledger.shard.>\"'",
+                     "-ERR 'Permissions Violation for Publish to \"elsewhere.x\"'", "PONG"], lines
+    sock.close()
+
+
 def test_another_accounts_user_sees_nothing_of_the_cluster(bed):
     security = bed.nats.security
     pw = nats_pki.write_secret(os.path.join(os.path.dirname(security.node_password_file), "app.password"), security.app_password)
