@@ -1,4 +1,5 @@
 import NIOCore
+import NIOSSL
 
 /// Options of a ``NATSClient``.
 public struct NATSClientOptions: Sendable {
@@ -23,6 +24,11 @@ public struct NATSClientOptions: Sendable {
     public var connectTimeout: Duration = .seconds(2)
     /// Messages a subscription buffers before it is dropped as a slow consumer. Default 65 536.
     public var subscriptionBufferLimit: Int = 65_536
+    /// Credentials sent in CONNECT, on the first connection and on every reconnection.
+    /// Default ``NATSAuth/none``.
+    public var auth: NATSAuth = .none
+    /// TLS: when to require it, what to trust, and an optional client certificate.
+    public var tls = NATSTLSOptions()
 
     public init(servers: [String]) {
         self.servers = servers
@@ -50,7 +56,11 @@ public enum NATSClientEvent: Sendable, Equatable {
 /// - Publishes (and requests) made while disconnected wait for the reconnection up to
 ///   ``NATSClientOptions/requestTimeout`` and then fail with ``NATSError/notConnected``.
 ///   Messages written just before a loss may be lost (core NATS is at-most-once).
-/// - No TLS, no authentication.
+/// - Authentication (``NATSClientOptions/auth``: user/password, token or nkey) is sent on every
+///   (re)connection; a refusal fails the connection with ``NATSError/authorizationViolation(_:)``.
+/// - TLS (``NATSClientOptions/tls``) is negotiated after INFO when either side requires it; the
+///   server's certificate is verified, failures are ``NATSError/certificateUntrusted(_:)`` or
+///   ``NATSError/tlsHandshakeFailed(_:)``.
 public actor NATSClient {
     enum State { case connecting, connected, disconnected, closed }
 
@@ -80,10 +90,13 @@ public actor NATSClient {
     let muxPrefix = "_INBOX.\(NUID.next())."
     var pendingRequests: [String: CheckedContinuation<NATSMessage, any Error>] = [:]
     var requestTimers: [String: Task<Void, Never>] = [:]
+    /// The subject of each pending request, to fail it on a permissions violation.
+    var requestSubjects: [String: String] = [:]
 
     var pingTask: Task<Void, Never>?
     var reconnectTask: Task<Void, Never>?
     let broadcaster = EventBroadcaster()
+    let tls: TLSUpgrade
 
     init(options: NATSClientOptions) throws(NATSError) {
         self.options = options
@@ -94,6 +107,10 @@ public actor NATSClient {
         }
         if list.isEmpty { throw .invalidURL("no server given") }
         servers = list
+        let required = options.tls.isRequired || list.contains { $0.tlsScheme }
+        var context: NIOSSLContext?
+        if required || options.tls.keyFile != nil { context = try options.tls.makeContext() }
+        tls = TLSUpgrade(context: context, required: required)
     }
 
     /// Connects to the first reachable server of `options.servers` (each tried once).
@@ -170,7 +187,7 @@ public actor NATSClient {
 
     /// Opens a connection and runs INFO → CONNECT, SUBs → PING → PONG.
     private func establish(_ address: ServerAddress) async throws {
-        let conn = try await NATSConnection.connect(to: address, timeout: options.connectTimeout)
+        let conn = try await NATSConnection.connect(to: address, timeout: options.connectTimeout, tls: tls)
         if state == .closed {
             conn.close()
             throw NATSError.closed
@@ -252,7 +269,9 @@ public actor NATSClient {
         case .err(let text):
             if let h = handshake, h.generation == gen {
                 handshake = nil
-                h.continuation.resume(throwing: NATSError.serverError(text))
+                h.continuation.resume(throwing: NATSError.handshakeError(text, server: conn.address))
+            } else {
+                permissionViolation(text)
             }
         case .info(let i):
             info = i
@@ -260,8 +279,16 @@ public actor NATSClient {
                 if let a = try? ServerAddress(parsing: url), !servers.contains(a) { servers.append(a) }
             }
             if let h = handshake, h.generation == gen, !connectSent {
+                let line: String
+                do {
+                    line = try connectLine(info: i, tls: conn.address.tlsScheme || tls.required || i.tlsRequired)
+                } catch {
+                    handshake = nil
+                    h.continuation.resume(throwing: error)
+                    return
+                }
                 connectSent = true
-                conn.write(ByteBuffer(string: connectLine()))
+                conn.write(ByteBuffer(string: line))
                 var buf = ByteBuffer()
                 for (sid, sub) in subscriptions.sorted(by: { $0.key < $1.key }) {
                     buf.writeString(subLine(sid: sid, subject: sub.subject, queue: sub.queue))
@@ -272,11 +299,13 @@ public actor NATSClient {
         }
     }
 
-    private func connectLine() -> String {
+    /// CONNECT, with the credentials (never logged: this line is only written to the socket).
+    private func connectLine(info: NATSServerInfo, tls: Bool) throws(NATSError) -> String {
         var fields = [#""verbose":false"#, #""pedantic":false"#, #""headers":true"#, #""no_responders":true"#,
                       #""protocol":1"#, #""lang":"swift""#, #""version":"0.1.0""#, #""echo":true"#,
-                      #""tls_required":false"#]
+                      #""tls_required":\#(tls)"#]
         if let name = options.name { fields.append(#""name":"# + jsonString(name)) }
+        fields += try options.auth.connectFields(nonce: info.nonce)
         return "CONNECT {\(fields.joined(separator: ","))}\r\n"
     }
 
@@ -306,6 +335,7 @@ public actor NATSClient {
             c.resume(throwing: error)
         }
         pendingRequests = [:]
+        requestSubjects = [:]
         for (_, c) in pongWaiters { c.resume(throwing: error) }
         pongWaiters = [:]
         pongQueue = []

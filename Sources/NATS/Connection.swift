@@ -9,15 +9,21 @@ enum ConnectionEvent: Sendable {
 }
 
 /// Decodes inbound bytes into ``ServerOp``s and forwards them, in order, to an AsyncStream.
+/// On the first INFO it puts the TLS handler in front of itself when TLS is needed.
 final class NATSChannelHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
 
     private var parser = ProtocolParser()
     private var failed = false
+    private var sawInfo = false
     private let continuation: AsyncStream<ConnectionEvent>.Continuation
+    let address: ServerAddress
+    let tls: TLSUpgrade
 
-    init(continuation: AsyncStream<ConnectionEvent>.Continuation) {
+    init(continuation: AsyncStream<ConnectionEvent>.Continuation, address: ServerAddress, tls: TLSUpgrade) {
         self.continuation = continuation
+        self.address = address
+        self.tls = tls
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -25,13 +31,22 @@ final class NATSChannelHandler: ChannelInboundHandler {
         let buffer = unwrapInboundIn(data)
         do {
             for op in try parser.feed(buffer.readableBytesView) {
+                if case .info(let info) = op, !sawInfo {
+                    sawInfo = true
+                    try upgradeIfNeeded(info, context: context)
+                }
                 continuation.yield(.op(op))
             }
         } catch {
-            failed = true
-            continuation.yield(.failed(error))
-            context.close(promise: nil)
+            fail(error, context: context)
         }
+    }
+
+    private func fail(_ error: NATSError, context: ChannelHandlerContext) {
+        guard !failed else { return }
+        failed = true
+        continuation.yield(.failed(error))
+        context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -40,8 +55,7 @@ final class NATSChannelHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        continuation.yield(.failed(.connectionLost))
-        context.close(promise: nil)
+        fail(Self.describeTLS(error, address: address) ?? .connectionLost, context: context)
     }
 }
 
@@ -49,15 +63,25 @@ final class NATSChannelHandler: ChannelInboundHandler {
 struct ServerAddress: Sendable, Hashable, CustomStringConvertible {
     var host: String
     var port: Int
+    /// The URL said `tls://`: the client requires TLS (not part of the address's identity).
+    var tlsScheme = false
+
+    static func == (a: ServerAddress, b: ServerAddress) -> Bool { a.host == b.host && a.port == b.port }
+    func hash(into h: inout Hasher) {
+        h.combine(host)
+        h.combine(port)
+    }
 
     var description: String { "nats://\(host.contains(":") ? "[\(host)]" : host):\(port)" }
 
-    /// Parses `nats://host:port`, `host:port` or `host` (port 4222).
+    /// Parses `nats://host:port`, `tls://host:port` (TLS required), `host:port` or `host` (port 4222).
+    /// Credentials in a URL (`user:pass@`) are ignored: give them in ``NATSClientOptions/auth``.
     init(parsing text: String) throws(NATSError) {
         var s = Substring(text.trimmingLeadingSpaces())
         if let r = s.range(of: "://") {
             let scheme = s[s.startIndex..<r.lowerBound].lowercased()
-            guard scheme == "nats" else { throw .invalidURL(text) }
+            guard scheme == "nats" || scheme == "tls" else { throw .invalidURL(text) }
+            tlsScheme = scheme == "tls"
             s = s[r.upperBound...]
         }
         if let slash = s.firstIndex(of: "/") { s = s[s.startIndex..<slash] }
@@ -90,25 +114,27 @@ struct ServerAddress: Sendable, Hashable, CustomStringConvertible {
 final class NATSConnection: Sendable {
     let channel: any Channel
     let events: AsyncStream<ConnectionEvent>
+    let address: ServerAddress
 
-    private init(channel: any Channel, events: AsyncStream<ConnectionEvent>) {
+    private init(channel: any Channel, events: AsyncStream<ConnectionEvent>, address: ServerAddress) {
         self.channel = channel
         self.events = events
+        self.address = address
     }
 
-    static func connect(to address: ServerAddress, timeout: Duration) async throws -> NATSConnection {
+    static func connect(to address: ServerAddress, timeout: Duration, tls: TLSUpgrade) async throws -> NATSConnection {
         let (stream, continuation) = AsyncStream<ConnectionEvent>.makeStream()
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.nanoseconds(max(1, timeout.nanoseconds)))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(NATSChannelHandler(continuation: continuation))
+                    try channel.pipeline.syncOperations.addHandler(NATSChannelHandler(continuation: continuation, address: address, tls: tls))
                 }
             }
         do {
             let channel = try await bootstrap.connect(host: address.host, port: address.port).get()
-            return NATSConnection(channel: channel, events: stream)
+            return NATSConnection(channel: channel, events: stream, address: address)
         } catch {
             continuation.finish()
             throw NATSError.cannotConnect("\(address): \(error)")

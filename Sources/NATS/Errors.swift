@@ -28,6 +28,27 @@ public enum NATSError: Error, Sendable, Equatable, CustomStringConvertible {
     case cannotConnect(String)
     /// A server URL could not be parsed.
     case invalidURL(String)
+    /// The server refused the credentials (`-ERR 'Authorization Violation'`), or asked for
+    /// credentials and none were given. Names the server.
+    case authorizationViolation(String)
+    /// Credentials could not be used (an nkey seed that does not parse, a missing nonce).
+    /// Never contains the secret.
+    case invalidCredentials(String)
+    /// Authentication failed for another reason the server gave (expired, timeout).
+    case authenticationFailed(String)
+    /// The server's certificate was not verified: not signed by a trusted CA, or not naming
+    /// the server.
+    case certificateUntrusted(String)
+    /// The TLS handshake failed otherwise (for example the server refused the client certificate).
+    case tlsHandshakeFailed(String)
+    /// The client requires TLS and the server does not offer it.
+    case tlsRequired(String)
+    /// The server refused a publish or subscription under the user's permissions
+    /// (`-ERR 'Permissions Violation for Publish to "…"'`): the request on that subject, or the
+    /// subscription, fails with it.
+    case permissionViolation(String)
+    /// A TLS setting could not be used (a CA, certificate or key file that cannot be read).
+    case tlsConfiguration(String)
 
     public var description: String {
         switch self {
@@ -44,7 +65,31 @@ public enum NATSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .slowConsumer(let s): "NATS: slow consumer on \(s), subscription dropped"
         case .cannotConnect(let s): "NATS: cannot connect: \(s)"
         case .invalidURL(let s): "NATS: invalid server URL \(s.debugDescription)"
+        case .authorizationViolation(let s):
+            "NATS: authorization violation: \(s) refused the credentials (check the user and password, token or nkey, and the server's authorization settings)"
+        case .invalidCredentials(let s): "NATS: invalid credentials: \(s)"
+        case .authenticationFailed(let s): "NATS: authentication failed: \(s)"
+        case .certificateUntrusted(let s): "NATS: TLS certificate verification failed: \(s)"
+        case .tlsHandshakeFailed(let s): "NATS: TLS handshake failed: \(s)"
+        case .tlsRequired(let s): "NATS: TLS required: \(s)"
+        case .tlsConfiguration(let s): "NATS: TLS configuration: \(s)"
+        case .permissionViolation(let s): "NATS: permissions violation: \(s) (the server's permissions for this user do not allow it)"
         }
+    }
+}
+
+extension NATSError {
+    /// A `-ERR` received before the connection was established, as a typed error.
+    static func handshakeError(_ text: String, server: ServerAddress) -> NATSError {
+        let lower = text.lowercased()
+        if lower.contains("authorization violation") { return .authorizationViolation("\(server)") }
+        if lower.contains("authentication") || lower.contains("user authentication") {
+            return .authenticationFailed("\(server): \(text)")
+        }
+        if lower.contains("secure connection") || lower.contains("tls required") {
+            return .tlsRequired("\(server): \(text)")
+        }
+        return .serverError(text)
     }
 }
 

@@ -41,11 +41,20 @@ public struct NATSServerInfo: Sendable, Codable, Equatable {
     public var connectURLs: [String]
     public var clientID: UInt64?
     public var cluster: String?
+    /// The server requires credentials in CONNECT.
+    public var authRequired: Bool
+    /// The server requires TLS (the client upgrades after this INFO).
+    public var tlsRequired: Bool
+    /// The server accepts TLS without requiring it.
+    public var tlsAvailable: Bool
+    /// What an nkey client signs.
+    public var nonce: String?
 
     enum CodingKeys: String, CodingKey {
         case serverID = "server_id", serverName = "server_name", version, proto, host, port
         case maxPayload = "max_payload", headers, jetstream, connectURLs = "connect_urls"
         case clientID = "client_id", cluster
+        case authRequired = "auth_required", tlsRequired = "tls_required", tlsAvailable = "tls_available", nonce
     }
 
     public init(from decoder: any Decoder) throws {
@@ -62,6 +71,10 @@ public struct NATSServerInfo: Sendable, Codable, Equatable {
         connectURLs = try c.decodeIfPresent([String].self, forKey: .connectURLs) ?? []
         clientID = try c.decodeIfPresent(UInt64.self, forKey: .clientID)
         cluster = try c.decodeIfPresent(String.self, forKey: .cluster)
+        authRequired = try c.decodeIfPresent(Bool.self, forKey: .authRequired) ?? false
+        tlsRequired = try c.decodeIfPresent(Bool.self, forKey: .tlsRequired) ?? false
+        tlsAvailable = try c.decodeIfPresent(Bool.self, forKey: .tlsAvailable) ?? false
+        nonce = try c.decodeIfPresent(String.self, forKey: .nonce)
     }
 }
 

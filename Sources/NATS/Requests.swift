@@ -88,6 +88,7 @@ extension NATSClient {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<NATSMessage, any Error>) in
                 pendingRequests[token] = c
+                requestSubjects[token] = subject
                 requestTimers[token] = Task { [weak self] in
                     do { try await Task.sleep(for: remaining) } catch { return }
                     await self?.failRequest(token, NATSError.timeout)
@@ -100,6 +101,7 @@ extension NATSClient {
     }
 
     func failRequest(_ token: String, _ error: any Error) {
+        requestSubjects.removeValue(forKey: token)
         requestTimers.removeValue(forKey: token)?.cancel()
         pendingRequests.removeValue(forKey: token)?.resume(throwing: error)
     }

@@ -106,6 +106,7 @@ extension NATSClient {
             let token = String(message.subject.dropFirst(muxPrefix.count))
             guard let c = pendingRequests.removeValue(forKey: token) else { return }
             requestTimers.removeValue(forKey: token)?.cancel()
+            requestSubjects.removeValue(forKey: token)
             if message.status == 503 {
                 c.resume(throwing: NATSError.noResponders)
             } else {

@@ -131,8 +131,8 @@ public struct ServerConfiguration: Sendable {
     private func validateCluster(_ cluster: ClusterOptions) throws {
         if follow != nil { throw StartupError("--cluster and --follow exclude each other: every node of a cluster is a replica of the shards' streams") }
         guard !cluster.servers.isEmpty else { throw StartupError("--cluster needs at least one nats://HOST:PORT") }
-        for server in cluster.servers where !(server.hasPrefix("nats://") && server.count > 7 && !Self.hasUserInfo(server)) {
-            throw StartupError("--cluster \(server.prefix(200)): give nats://HOST:PORT (without a user name or password)")
+        for server in cluster.servers where !((server.hasPrefix("nats://") || server.hasPrefix("tls://")) && server.count > 7 && !Self.hasUserInfo(server)) {
+            throw StartupError("--cluster \(server.prefix(200)): give nats://HOST:PORT or tls://HOST:PORT (without a user name or password: see --nats-user)")
         }
         guard (1...ShardMap.maxShards).contains(cluster.shards) else { throw StartupError("--shards must be 1 to \(ShardMap.maxShards), not \(cluster.shards)") }
         guard (1...5).contains(cluster.replicas) else { throw StartupError("--cluster-replicas must be 1 to 5, not \(cluster.replicas)") }
@@ -201,7 +201,7 @@ public enum SyncLedgerServer {
         var joined: ClusterNode?
         if let options = configuration.cluster {
             do { joined = try await ClusterNode.start(options, ledger: ledger, logger: logger) } catch let error as StartupError { throw error } catch {
-                throw StartupError("cannot join the cluster at \(options.servers.joined(separator: ",")): \(error)")
+                throw StartupError("cannot join the cluster at \(options.servers.joined(separator: ",")): \(ClusterConnection.explain(error))")
             }
             logger.info("cluster node", metadata: ["node": "\(options.nodeID)", "shards": "\(options.shards)", "replicas": "\(options.replicas)"])
         }

@@ -14,14 +14,15 @@ struct ClusterCommand: AsyncParsableCommand {
 
 /// The JetStream cluster's servers.
 struct ClusterServers: ParsableArguments {
-    @Option(name: .customLong("cluster"), help: "The nats-servers of the cluster's JetStream, nats://HOST:PORT[,…].")
+    @Option(name: .customLong("cluster"), help: "The nats-servers of the cluster's JetStream, nats://HOST:PORT[,…] (tls://HOST:PORT: TLS required).")
     var cluster: String
+    @OptionGroup(title: "NATS credentials and TLS") var nats: NATSFlags
 
     var servers: [String] {
         get throws {
             let list = cluster.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            guard !list.isEmpty, list.allSatisfy({ $0.hasPrefix("nats://") && $0.count > 7 }) else {
-                throw ValidationError("--cluster must be nats://HOST:PORT[,…], not \(cluster.prefix(200))")
+            guard !list.isEmpty, list.allSatisfy({ ($0.hasPrefix("nats://") || $0.hasPrefix("tls://")) && $0.count > 7 && !$0.contains("@") }) else {
+                throw ValidationError("--cluster must be nats://HOST:PORT[,…] or tls://HOST:PORT[,…] (credentials go in --nats-user and the like), not \(cluster.prefix(200))")
             }
             return list
         }
@@ -43,8 +44,9 @@ struct ClusterServers: ParsableArguments {
     }
 
     func connect() async throws -> ClusterAdmin {
-        do { return try await ClusterAdmin.connect(servers: try servers) } catch let error as ValidationError { throw error } catch {
-            throw CLIError("cannot reach the cluster at \(cluster.prefix(200)): \(error)")
+        let connection = try nats.connection()
+        do { return try await ClusterAdmin.connect(servers: try servers, connection: connection) } catch let error as ValidationError { throw error } catch {
+            throw CLIError("cannot reach the cluster at \(cluster.prefix(200)): \(ClusterConnection.explain(error))")
         }
     }
 }

@@ -34,6 +34,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Replicas of each shard's JetStream stream and of the cluster's KV buckets (1-5).") var clusterReplicas = 3
     @Option(help: "This node's name in the cluster, unique among its nodes (letters, digits, - and _; default: the host name and port).") var nodeId: String?
     @Option(help: "Seconds a shard's lease lasts without renewal (1-300): how soon another node takes the shards of a node that died.") var leaseSeconds = 6.0
+    @OptionGroup(title: "NATS credentials and TLS (with --cluster)") var nats: NATSFlags
     @Flag(help: "Do not deliver push notifications (the outbox is not touched; a follower never delivers).") var noPush = false
     @Option(help: "APNs production base URL (env SYNCLEDGER_APNS_URL; default https://api.push.apple.com).") var apnsUrl: String?
     @Option(help: "APNs sandbox base URL (env SYNCLEDGER_APNS_SANDBOX_URL; default https://api.sandbox.push.apple.com).") var apnsSandboxUrl: String?
@@ -57,7 +58,7 @@ struct Serve: AsyncParsableCommand {
         }
     }
 
-    func makeConfiguration() -> ServerConfiguration {
+    func makeConfiguration() throws -> ServerConfiguration {
         var config = ServerConfiguration()
         config.dataDirectory = data.data
         config.host = host
@@ -105,7 +106,10 @@ struct Serve: AsyncParsableCommand {
             options.shards = shards
             options.replicas = clusterReplicas
             options.leaseTime = Self.duration(leaseSeconds)
+            options.connection = try nats.connection()
             config.cluster = options
+        } else if nats.isGiven {
+            throw ValidationError("the --nats-* options are for a cluster node: give --cluster too")
         }
         config.adminAccessKeyID = environment["SYNCLEDGER_ACCESS_KEY_ID"]
         config.adminSecretAccessKey = environment["SYNCLEDGER_SECRET_ACCESS_KEY"]
@@ -126,7 +130,7 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var config = makeConfiguration()
+        var config = try makeConfiguration()
         let scheme = tlsCert != nil ? "https" : "http"
         let host = self.host
         let data = self.data.data

@@ -1,7 +1,9 @@
 """Three `syncledger serve --cluster` nodes over a real 3-node nats-server cluster, on loopback.
 
 Every node shares the admin credential (as cluster mode requires); the tests write through
-boto3's cognito-sync client with it, to any node.
+boto3's cognito-sync client with it, to any node. The nats-servers require TLS with client
+certificates and authentication (nats_env.NatsSecurity): nodes sign in as the `syncledger` user
+(``NatsCluster.node_args``), `syncledger cluster …` as the admin nkey user (``client_env``).
 """
 
 import contextlib
@@ -57,7 +59,8 @@ class ClusterBed:
 
     def args(self, i):
         return ["--cluster", self.nats.urls, "--shards", str(self.shards), "--node-id", f"node{i}",
-                "--lease-seconds", str(self.lease_seconds), "--cluster-replicas", "3", *self.extra_args]
+                "--lease-seconds", str(self.lease_seconds), "--cluster-replicas", "3", *self.nats.node_args(),
+                *self.extra_args]
 
     def start_node(self, i):
         return Server(os.path.join(self.root, f"node{i}"), self.args(i))

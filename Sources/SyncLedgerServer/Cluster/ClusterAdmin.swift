@@ -8,10 +8,11 @@ public struct ClusterAdmin: Sendable {
     let client: NATSClient
     let jetStream: JetStreamContext
 
-    /// Connects to the cluster's nats-servers.
-    public static func connect(servers: [String]) async throws -> ClusterAdmin {
+    /// Connects to the cluster's nats-servers with `connection`'s credentials and TLS.
+    public static func connect(servers: [String], connection: ClusterConnection = ClusterConnection()) async throws -> ClusterAdmin {
         var options = NATSClientOptions(servers: servers)
         options.name = "syncledger-cluster-admin"
+        try connection.apply(to: &options)
         options.maxReconnectAttempts = 3
         let client = try await NATSClient.connect(options)
         return ClusterAdmin(client: client, jetStream: JetStreamContext(client: client))

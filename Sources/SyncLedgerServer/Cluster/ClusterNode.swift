@@ -31,6 +31,7 @@ public final class ClusterNode: Sendable {
         let shards = try ShardMap(count: options.shards)
         var natsOptions = NATSClientOptions(servers: options.servers)
         natsOptions.name = "syncledger-\(options.nodeID)"
+        try options.connection.apply(to: &natsOptions)
         let client = try await NATSClient.connect(natsOptions)
         do {
             let jetStream = JetStreamContext(client: client)

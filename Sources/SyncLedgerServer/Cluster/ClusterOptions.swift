@@ -18,6 +18,8 @@ public struct ClusterOptions: Sendable {
     public var nodeURL: String?
     /// How long an append waits for the log, retries included, before it answers unavailable.
     public var appendTimeout: Duration = .seconds(10)
+    /// Credentials and TLS for the nats-servers.
+    public var connection = ClusterConnection()
 
     /// Options for a node `nodeID` reachable at `nodeURL`.
     public init(servers: [String], nodeID: String, nodeURL: String? = nil) {

@@ -142,12 +142,13 @@ final class NATSServerProcess {
         return server
     }
 
-    /// Starts a server from a config file written into `directory` (the caller chose `port`).
-    static func start(config: String, port: Int, name: String, directory: URL) async throws -> NATSServerProcess {
+    /// Starts a server from a config file written into `directory` (the caller chose `port`;
+    /// with `ownsDirectory` the directory is removed on deinit).
+    static func start(config: String, port: Int, name: String, directory: URL, ownsDirectory: Bool = false) async throws -> NATSServerProcess {
         let path = directory.appendingPathComponent("\(name).conf")
         try config.write(to: path, atomically: true, encoding: .utf8)
         let server = NATSServerProcess(port: port, serverName: name, directory: directory,
-                                       arguments: ["-c", path.path], ownsDirectory: false)
+                                       arguments: ["-c", path.path], ownsDirectory: ownsDirectory)
         try await server.launch(waitForPort: false)
         return server
     }
