@@ -28,12 +28,15 @@ public struct TokenBucket: Sendable, Equatable {
         updated = now
     }
 
+    /// What a token may lack for rounding (0.1 s at 10 a second earns 0.99999999999999 tokens).
+    static let epsilon = 1e-9
+
     /// Takes one token when there is one.
     /// - Returns: whether the request may pass.
     public mutating func take(now: Double) -> Bool {
         refill(now: now)
-        guard tokens >= 1 else { return false }
-        tokens -= 1
+        guard tokens >= 1 - Self.epsilon else { return false }
+        tokens = max(0, tokens - 1)
         return true
     }
 
@@ -41,7 +44,7 @@ public struct TokenBucket: Sendable, Equatable {
     public func secondsUntilToken(now: Double) -> Double {
         var copy = self
         copy.refill(now: now)
-        return copy.tokens >= 1 || rate <= 0 ? 0 : (1 - copy.tokens) / rate
+        return copy.tokens >= 1 - Self.epsilon || rate <= 0 ? 0 : (1 - copy.tokens) / rate
     }
 
     /// Whether it would be full at `now` (then forgetting it changes nothing).
