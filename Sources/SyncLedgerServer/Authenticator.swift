@@ -10,6 +10,9 @@ struct WireRequest: Sendable {
     var rawQuery: String?
     var headers: [(String, String)]
     var body: [UInt8]
+    /// The connection's peer address (IPv4 or IPv6), when the transport knows it: the source
+    /// the unsigned Cognito Identity calls are throttled by (``IdentityThrottle``).
+    var peer: String? = nil
 
     /// The first value of header `name`, given in lower case (header names arrive lower-cased
     /// from the HTTP layer; others are compared case-insensitively).

@@ -41,6 +41,10 @@ struct CognitoAPI: Sendable {
     var push: PushService? = nil
     /// This node, in cluster mode.
     var cluster: ClusterNode? = nil
+    /// The token buckets of the unsigned Cognito Identity calls (nil: not limited).
+    var identityThrottle: IdentityThrottle? = nil
+    /// The identity pools past 80 % of their cap.
+    var identityCapWatch: IdentityCapWatch? = nil
 
     /// Handles one request; never throws — every failure is a wire error response, and every
     /// response carries an `x-amzn-RequestId`. An internal error (500) says only that, with the

@@ -29,10 +29,14 @@ final class ServerMetrics: Sendable {
     private let state = Mutex(State())
     private let startSequence: UInt64
     private let replication: ReplicationStatus?
+    private let identityThrottle: IdentityThrottle?
+    private let identityCapWatch: IdentityCapWatch?
 
-    init(startSequence: UInt64, replication: ReplicationStatus? = nil) {
+    init(startSequence: UInt64, replication: ReplicationStatus? = nil, identityThrottle: IdentityThrottle? = nil, identityCapWatch: IdentityCapWatch? = nil) {
         self.startSequence = startSequence
         self.replication = replication
+        self.identityThrottle = identityThrottle
+        self.identityCapWatch = identityCapWatch
     }
 
     func record(operation: String, status: Int, seconds: Double) {
@@ -78,6 +82,8 @@ final class ServerMetrics: Sendable {
         out += "syncledger_group_commit_size_sum \(stats.writes)\n"
         out += "syncledger_group_commit_size_count \(stats.commits)\n"
         if let replication { out += replication.metrics() }
+        if let identityThrottle { out += identityThrottle.renderMetrics() }
+        if let identityCapWatch { out += identityCapWatch.renderMetrics() }
         if let consumers = try? ledger.consumers(), !consumers.isEmpty {
             out += "# HELP syncledger_message_consumer_messages_total Device messages a consumer passed: acknowledged within their time to live, or expired.\n# TYPE syncledger_message_consumer_messages_total counter\n"
             for c in consumers {

@@ -85,6 +85,9 @@ public struct ServerConfiguration: Sendable {
     public var push = PushOptions()
     /// The live event streams of `GET /events`: keep-alive interval and bounds.
     public var events = EventStreamOptions()
+    /// The token buckets of the unsigned Cognito Identity calls, and the proxies trusted to
+    /// name their sources.
+    public var identityThrottle = IdentityThrottleOptions()
     /// Called once the server listens, with the bound port.
     public var onListening: @Sendable (Int) -> Void = { _ in }
 
@@ -125,6 +128,7 @@ public struct ServerConfiguration: Sendable {
             throw StartupError("--idempotency-retention-days must be at least 28 (a message may live four weeks), not \(idempotencyRetention.components.seconds / 86_400)")
         }
         try events.validate(maxConnections: maxConnections)
+        try identityThrottle.validate()
         if let cluster { try validateCluster(cluster) }
     }
 
@@ -232,6 +236,8 @@ public enum SyncLedgerServer {
         if let cluster, let service = push?.service { Self.pushOnShardOwners(service, cluster: cluster, ledger: ledger) }
         api.push = push?.service
         api.cluster = cluster
+        api.identityThrottle = IdentityThrottle(options: configuration.identityThrottle)
+        api.identityCapWatch = IdentityCapWatch(cap: configuration.ledger.limits.maxIdentitiesPerPool)
         // Cognito Streams: a leader delivers them; a follower's leader does; on a cluster, each
         // shard's owner delivers that shard's.
         let streams = try client == nil ? StreamService(ledger: ledger, logger: logger, bulkPublish: configuration.bulkPublish, cluster: cluster) : nil
@@ -257,7 +263,8 @@ public enum SyncLedgerServer {
         let events = EventService(ledger: ledger, authenticator: api.authenticator, options: configuration.events, maxConnections: maxConnections, logger: logger, shards: cluster?.shards)
         let handler = RequestHandler(
             api: api, events: events,
-            metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication),
+            metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication,
+                                   identityThrottle: api.identityThrottle, identityCapWatch: api.identityCapWatch),
             transport: shared, ledger: ledger, push: push?.service, streams: streams, maxBodyBytes: configuration.maxBodyBytes, logger: logger,
             forwarder: forwarder, cluster: cluster)
         let onListening = configuration.onListening

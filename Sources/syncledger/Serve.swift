@@ -23,6 +23,11 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
     @Option(help: "Failed deliveries in a row to the stream's sink (retried with backoff) after which a bulk publish is FAILED.") var bulkPublishAttempts = 8
     @Option(help: "Most identities one Cognito Identity pool may have (GetId needs no signature, so this bounds what anyone can make a pool store).") var maxIdentitiesPerPool = 1_000_000
+    @Option(help: "Unsigned Cognito Identity calls (GetId, GetCredentialsForIdentity, GetOpenIdToken) a second from one source address, refilling its token bucket; past it, 429 TooManyRequestsException (0: no limit).") var identitySourceRate = 20.0
+    @Option(help: "Those calls one source address may make at once (its bucket's size).") var identitySourceBurst = 100.0
+    @Option(help: "Those calls a second into one identity pool, from every source together (0: no limit).") var identityPoolRate = 200.0
+    @Option(help: "Those calls one identity pool takes at once (its bucket's size).") var identityPoolBurst = 1000.0
+    @Option(help: "The address of a reverse proxy (or of another cluster node) whose X-Forwarded-For names the source of those calls; repeatable. From other peers the header is ignored.") var trustedProxy: [String] = []
     @Option(help: "Days idempotency keys of device messages and UpdateRecords are kept before the hourly purge (at least 28).") var idempotencyRetentionDays = 28
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
     @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?
@@ -78,6 +83,11 @@ struct Serve: AsyncParsableCommand {
         config.bulkPublish.minimum = Self.duration(bulkPublishMinSeconds)
         config.bulkPublish.attempts = max(1, bulkPublishAttempts)
         config.ledger.limits.maxIdentitiesPerPool = max(1, maxIdentitiesPerPool)
+        config.identityThrottle.sourceRate = identitySourceRate
+        config.identityThrottle.sourceBurst = identitySourceBurst
+        config.identityThrottle.poolRate = identityPoolRate
+        config.identityThrottle.poolBurst = identityPoolBurst
+        config.identityThrottle.trustedProxies = trustedProxy
         config.idempotencyRetention = .seconds(Int64(clamping: max(0, min(idempotencyRetentionDays, 100_000))) * 86_400)
         if !region.isEmpty { config.regions = region }
         config.follow = follow

@@ -85,34 +85,44 @@ extension Ledger {
         return PoolUsage(pool: pool, syncSessionsCount: sessions, dataStorage: state?.bytes ?? 0, lastModified: state?.lastModified)
     }
 
-    /// The pools this ledger knows (with data or sessions), by id, paged.
+    /// The pools this ledger knows (with data or sessions), by id, paged: one seek into each
+    /// of the two tables from the token's pool on, then a page read, so the cost follows the
+    /// page, not the number of pools.
+    /// - Throws: `.invalidParameter` for a bad `maxResults`, or a `nextToken` this server did
+    ///   not issue for this call or that was altered.
     public func listPools(maxResults: Int = 60, nextToken: String? = nil) async throws -> (pools: [PoolUsage], nextToken: String?) {
         guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "maxResults must be at least 1, not \(maxResults)") }
         var after: String?
         if let nextToken {
-            guard let payload = SignedToken.open(nextToken, kind: .poolsPage, key: tokenKey) else {
+            guard let payload = SignedToken.open(nextToken, kind: .poolsPage, key: tokenKey),
+                  let id = try? IdentityPoolID(String(decoding: payload, as: UTF8.self)) else {
                 throw LedgerError(.invalidParameter, "nextToken is not a pool token this server issued")
             }
-            after = String(decoding: payload, as: UTF8.self)
+            after = id.rawValue
         }
-        var names = Set(pendingSessions.withLock { Array($0.keys) })
+        // The first maxResults + 1 names after the token's of each source, merged: enough to
+        // fill the page and to know whether there is more.
+        let wanted = min(maxResults, 1_000_000) + 1
+        var names = Set(pendingSessions.withLock { Array($0.keys) }.filter { after == nil || $0 > after! })
         try read { txn in
             for db in [schema.pools, schema.sessions] {
                 try txn.withCursor(db) { cursor in
-                    var pair = try cursor.first()
-                    while let current = pair {
+                    var pair = try after.map { try cursor.seek(atLeast: Array($0.utf8) + [0]) } ?? cursor.first()
+                    var taken = 0
+                    while let current = pair, taken < wanted {
                         names.insert(String(decoding: current.key, as: UTF8.self))
+                        taken += 1
                         pair = try cursor.next()
                     }
                 }
             }
         }
-        let sorted = names.filter { after == nil || $0 > after! }.sorted()
+        let sorted = names.sorted().prefix(wanted)
         var pools: [PoolUsage] = []
         for name in sorted.prefix(maxResults) {
             pools.append(try await poolUsage(try IdentityPoolID(name)))
         }
-        let token = sorted.count > maxResults ? SignedToken.sign(Array(sorted[maxResults - 1].utf8), kind: .poolsPage, key: tokenKey) : nil
+        let token = sorted.count > maxResults ? SignedToken.sign(Array(sorted[sorted.startIndex + maxResults - 1].utf8), kind: .poolsPage, key: tokenKey) : nil
         return (pools, token)
     }
 

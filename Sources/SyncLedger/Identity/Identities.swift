@@ -99,25 +99,65 @@ extension Ledger {
         return try recordValue(stream, key: "identity/\(id)").map { try Self.decode(IdentityRecord.self, $0, stream: stream) }
     }
 
-    /// The identities of `pool` after `nextToken`, at most `maxResults` (1-60).
+    /// The most identity records one page of ``identities(pool:maxResults:nextToken:hideDisabled:)``
+    /// reads: with `hideDisabled`, a run of disabled identities ends a page early (with a
+    /// NextToken) rather than making one call read the whole pool.
+    public static let identitiesPageScanLimit = 1000
+
+    /// The identities of `pool` after `nextToken`, at most `maxResults` (1-60), in id order.
     /// With `hideDisabled`, disabled (merged) identities are left out.
+    ///
+    /// One seek to the key after the token's identity, then one page read: the cost follows
+    /// the page, not the pool. A page may hold fewer than `maxResults` (with `hideDisabled`,
+    /// after ``identitiesPageScanLimit`` records read); a NextToken means there may be more.
+    /// - Throws: `.notFound` for an unknown pool; `.invalidParameter` for a NextToken this
+    ///   server did not issue, that was altered, or that belongs to another pool.
     public func identities(pool: IdentityPoolID, maxResults: Int, nextToken: String?, hideDisabled: Bool = false) throws -> (identities: [IdentityRecord], nextToken: String?) {
+        guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "MaxResults must be at least 1, not \(maxResults)") }
         _ = try requireIdentityPool(pool)
-        var after = ""
+        var after: String?
         if let nextToken {
             guard let payload = SignedToken.open(nextToken, kind: .identitiesPage, key: tokenKey) else {
-                throw LedgerError(.invalidParameter, "NextToken is not one this server issued")
+                throw LedgerError(.invalidParameter, "NextToken is not one this server issued for ListIdentities (altered, or from another call)")
             }
             let text = String(decoding: payload, as: UTF8.self)
-            guard text.hasPrefix(pool.rawValue + "\u{0}") else { throw LedgerError(.invalidParameter, "NextToken belongs to another identity pool") }
-            after = String(text.dropFirst(pool.rawValue.utf8.count + 1))
+            guard text.hasPrefix(pool.rawValue + "\u{0}") else { throw LedgerError(.invalidParameter, "NextToken belongs to another identity pool, not \(pool)") }
+            let id = String(text.dropFirst(pool.rawValue.utf8.count + 1))
+            guard (try? IdentityID(id)) != nil else { throw LedgerError(.invalidParameter, "NextToken does not name an identity") }
+            after = "identity/\(id)"
         }
         let stream = Self.identitiesStream(pool)
-        let all = try records(stream, prefix: "identity/").filter { $0.0 > "identity/\(after)" || after.isEmpty }
-            .map { try Self.decode(IdentityRecord.self, $0.1, stream: stream) }.filter { !hideDisabled || $0.isEnabled }
-        let page = Array(all.prefix(maxResults))
-        let next = all.count > maxResults ? page.last.map { SignedToken.sign(Array("\(pool)\u{0}\($0.id)".utf8), kind: .identitiesPage, key: tokenKey) } : nil
-        return (page, next)
+        return try read { [self] txn in
+            guard let head = try head(txn, stream) else { return ([], nil) }
+            let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: head.id)
+            var page: [IdentityRecord] = []
+            var last: String?
+            var more = false
+            var scanned = 0
+            try view.forEachStoredRecord(prefix: "identity/", after: after) { _, value in
+                guard page.count < maxResults, scanned < Self.identitiesPageScanLimit else {
+                    more = true
+                    return false
+                }
+                scanned += 1
+                let record = try Self.decode(IdentityRecord.self, value, stream: stream)
+                last = record.id
+                if !hideDisabled || record.isEnabled { page.append(record) }
+                return true
+            }
+            let next = more ? last.map { SignedToken.sign(Array("\(pool)\u{0}\($0)".utf8), kind: .identitiesPage, key: tokenKey) } : nil
+            return (page, next)
+        }
+    }
+
+    /// How many records the pool's identities stream holds: what ``Limits/maxIdentitiesPerPool``
+    /// bounds (0 for a pool without identities). One read.
+    public func identityRecordCount(pool: IdentityPoolID) throws -> UInt64 {
+        let stream = Self.identitiesStream(pool)
+        return try read { txn in
+            guard let head = try head(txn, stream) else { return 0 }
+            return try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: head.id).dataset?.recordCount ?? 0
+        }
     }
 
     /// Deletes identities (DeleteIdentities): their temporary credentials stop working at

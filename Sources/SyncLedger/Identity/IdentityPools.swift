@@ -153,4 +153,54 @@ extension Ledger {
     public func identityPools() throws -> [IdentityPoolDefinition] {
         try poolsWithStreams().compactMap { try identityPool($0) }
     }
+
+    /// The most pools with streams one page of ``identityPools(maxResults:nextToken:)`` looks
+    /// at: a run of pools with sync data but no identity pool ends a page early (with a
+    /// NextToken) rather than making one call read every pool.
+    public static let identityPoolsPageScanLimit = 1000
+
+    /// The identity pools after `nextToken`, at most `maxResults`, by id (ListIdentityPools).
+    ///
+    /// One seek per pool read, from the token's pool on: the cost follows the page, not the
+    /// number of pools. A page may hold fewer than `maxResults`; a NextToken means there may be
+    /// more.
+    /// - Throws: `.invalidParameter` for a NextToken this server did not issue for this call,
+    ///   or one that was altered.
+    public func identityPools(maxResults: Int, nextToken: String?) throws -> (pools: [IdentityPoolDefinition], nextToken: String?) {
+        guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "MaxResults must be at least 1, not \(maxResults)") }
+        let marker = Array("identity-pools\u{0}".utf8)
+        var start: [UInt8] = []
+        if let nextToken {
+            guard let payload = SignedToken.open(nextToken, kind: .poolsPage, key: tokenKey), payload.starts(with: marker),
+                  let after = try? IdentityPoolID(String(decoding: payload.dropFirst(marker.count), as: UTF8.self)) else {
+                throw LedgerError(.invalidParameter, "NextToken is not one this server issued for ListIdentityPools (altered, or from another call)")
+            }
+            // The stream keys of a pool share the prefix `pool ␀`, and no id holds a byte below ␁.
+            start = Array(after.rawValue.utf8) + [1]
+        }
+        var pools: [IdentityPoolDefinition] = []
+        var last: IdentityPoolID?
+        var more = false
+        try read { txn in
+            try txn.withCursor(schema.streams) { cursor in
+                var scanned = 0
+                var pair = try start.isEmpty ? cursor.first() : cursor.seek(atLeast: start)
+                while let current = pair {
+                    guard pools.count < maxResults, scanned < Self.identityPoolsPageScanLimit else { more = true; return }
+                    guard let end = current.key.firstIndex(of: 0) else { throw LedgerError(.corruptData, "a stream key has no separator") }
+                    let name = Array(current.key[..<end])
+                    let id = try IdentityPoolID(String(decoding: name, as: UTF8.self))
+                    scanned += 1
+                    last = id
+                    let stream = Self.systemStream(id, "configuration")
+                    if let text = try recordValue(txn, stream, key: Self.identityPoolKey) {
+                        pools.append(try Self.decode(IdentityPoolDefinition.self, text, stream: stream))
+                    }
+                    pair = try cursor.seek(atLeast: name + [1])
+                }
+            }
+        }
+        let next = more ? last.map { SignedToken.sign(marker + Array($0.rawValue.utf8), kind: .poolsPage, key: tokenKey) } : nil
+        return (pools, next)
+    }
 }

@@ -263,6 +263,26 @@ struct StoredDatasetView: DatasetView {
         return result
     }
 
+    /// Calls `body` with each stored record with a value whose key starts with `prefix` (at
+    /// most 400 UTF-8 bytes) and comes after `after` (nil: from the first), in key order, until
+    /// it returns false: one seek, then one step per record read, whatever the dataset holds.
+    /// `after` must be an inline key (at most 400 bytes). Changes not yet flushed are not seen.
+    func forEachStoredRecord(prefix: String, after: String?, _ body: (String, String) throws -> Bool) throws {
+        precondition(prefix.utf8.count <= Schema.maxInlineKeyBytes && (after?.utf8.count ?? 0) <= Schema.maxInlineKeyBytes)
+        let start = Schema.recordKey(stream: streamID, key: prefix)
+        try txn.withCursor(schema.records) { cursor in
+            // Every key above `after` is at least `after ‖ 0x00`.
+            var pair = try cursor.seek(atLeast: after.map { Schema.recordKey(stream: streamID, key: $0) + [0] } ?? start)
+            while let current = pair, current.key.starts(with: start) {
+                guard let (key, state) = try? Schema.decodeRecord(key: current.key, value: current.value) else {
+                    throw LedgerError(.corruptData, "a record does not decode", stream: stream)
+                }
+                if let value = state.value, try !body(key, value) { return }
+                pair = try cursor.next()
+            }
+        }
+    }
+
     /// How many stored records with a value have keys starting with `prefix` (at most 400
     /// UTF-8 bytes), counting up to `limit` at most. Changes not yet flushed are not seen.
     func countStored(prefix: String, limit: Int) throws -> Int {

@@ -41,6 +41,7 @@ extension CognitoAPI {
                 credential = signed
             }
             let json = try body(request)
+            if let throttle = identityThrottle, IdentityThrottle.operations.contains(name) { try admitIdentityCall(name, json, request, throttle) }
             if Self.identityReads.contains(name) { await catchUp(shard: ShardMap.registryShard) } else { try await requireOwner(of: ShardMap.registryShard) }
             let result = try await dispatchIdentity(name, json, caller: credential.map(caller) ?? "cognito-identity")
             return WireResponse(status: 200, headers: [("content-type", "application/x-amz-json-1.1")], body: result.bytes)
@@ -113,16 +114,16 @@ extension CognitoAPI {
         case "ListIdentityPools":
             let max = try integer(json["MaxResults"], "MaxResults", required: true)!
             guard (1...60).contains(max) else { throw WireError.invalidParameter("MaxResults must be 1-60, not \(max)") }
-            let after = try string(json["NextToken"], "NextToken")
+            let next = try string(json["NextToken"], "NextToken")
             let ledger = self.ledger
-            let all = try await offPool { try ledger.identityPools() }.filter { after == nil || $0.id > after! }
+            let page = try await offPool { try ledger.identityPools(maxResults: Int(max), nextToken: next) }
             var w = JSONWriter()
             w.beginObject(); w.key("IdentityPools"); w.beginArray()
-            for pool in all.prefix(Int(max)) {
+            for pool in page.pools {
                 w.beginObject(); w.member("IdentityPoolId", pool.id); w.member("IdentityPoolName", pool.name); w.endObject()
             }
             w.endArray()
-            if all.count > Int(max) { w.member("NextToken", all[Int(max) - 1].id) }
+            w.member("NextToken", page.nextToken)
             w.endObject()
             return w
         case "DeleteIdentityPool":
@@ -139,10 +140,13 @@ extension CognitoAPI {
                 if verified.logins.isEmpty, let proven = verified.proven {
                     id = proven
                 } else {
-                    id = try await ledger.signIn(pool: pool, identity: nil, proven: verified.proven, logins: verified.logins, caller: caller).identity
+                    let result = try await ledger.signIn(pool: pool, identity: nil, proven: verified.proven, logins: verified.logins, caller: caller)
+                    id = result.identity
+                    if result.created { watchIdentityCap(pool) }
                 }
             } else {
                 id = try await ledger.newUnauthenticatedIdentity(pool: pool).id
+                watchIdentityCap(pool)
             }
             var w = JSONWriter()
             w.beginObject(); w.member("IdentityId", id); w.endObject()
@@ -227,6 +231,7 @@ extension CognitoAPI {
             let duration = try integer(json["TokenDuration"], "TokenDuration") ?? 900
             guard (1...86_400).contains(duration) else { throw WireError.invalidParameter("TokenDuration must be 1-86400 seconds, not \(duration)") }
             let (id, token) = try await ledger.developerIdentityToken(pool: pool, identity: requested, provider: provider, user: user, duration: .seconds(duration))
+            watchIdentityCap(pool)
             var w = JSONWriter()
             w.beginObject(); w.member("IdentityId", id); w.member("Token", token); w.endObject()
             return w
@@ -304,10 +309,12 @@ extension CognitoAPI {
             return (id, pool, (logins[Ledger.openIdProvider], false))
         }
         let result = try await ledger.signIn(pool: pool, identity: id, proven: verified.proven, logins: verified.logins, caller: caller)
+        if result.created { watchIdentityCap(pool) }
         return (result.identity, pool, (nil, true))
     }
 
-    private func identityIDParameter(_ json: JSON) throws -> String {
+    /// `IdentityId`, checked.
+    func identityIDParameter(_ json: JSON) throws -> String {
         let id = try string(json["IdentityId"], "IdentityId", required: true)!
         _ = try IdentityID(id)
         return id

@@ -66,7 +66,7 @@ struct RequestHandler: Sendable {
             if let authority = request.head.authority { headers.append(("host", authority)) }
             let wireRequest = WireRequest(
                 method: request.method.rawValue, rawPath: path, rawQuery: request.uri.query,
-                headers: headers, body: Array(buffer.readableBytesView))
+                headers: headers, body: Array(buffer.readableBytesView), peer: channel.remoteAddress?.ipAddress)
             // The history browser's page (presigned); its data is under /admin/ui/.
             (wire, operation, identity) = path == HistoryPage.path
                 ? await api.handleHistoryPage(wireRequest)

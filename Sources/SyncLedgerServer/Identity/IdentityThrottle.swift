@@ -1,0 +1,230 @@
+import Foundation
+import Synchronization
+
+/// A token bucket: holds at most ``burst`` tokens, gains ``rate`` a second, and a request
+/// takes one. Time is passed in (seconds of a monotonic clock), so it is tested without sleeping.
+public struct TokenBucket: Sendable, Equatable {
+    /// Tokens gained per second.
+    public let rate: Double
+    /// The most tokens it holds: how many requests pass at once after a quiet spell.
+    public let burst: Double
+    /// Tokens now (as of ``updated``).
+    public private(set) var tokens: Double
+    /// When ``tokens`` was last brought up to date.
+    public private(set) var updated: Double
+
+    /// A full bucket at `now`.
+    public init(rate: Double, burst: Double, now: Double) {
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.updated = now
+    }
+
+    /// Adds what `now - updated` earned (a clock that went back earns nothing).
+    public mutating func refill(now: Double) {
+        guard now > updated else { return }
+        tokens = min(burst, tokens + (now - updated) * rate)
+        updated = now
+    }
+
+    /// What a token may lack for rounding (0.1 s at 10 a second earns 0.99999999999999 tokens).
+    static let epsilon = 1e-9
+
+    /// Takes one token when there is one.
+    /// - Returns: whether the request may pass.
+    public mutating func take(now: Double) -> Bool {
+        refill(now: now)
+        guard tokens >= 1 - Self.epsilon else { return false }
+        tokens = max(0, tokens - 1)
+        return true
+    }
+
+    /// Seconds from `now` until a token is there (0 when one is).
+    public func secondsUntilToken(now: Double) -> Double {
+        var copy = self
+        copy.refill(now: now)
+        return copy.tokens >= 1 - Self.epsilon || rate <= 0 ? 0 : (1 - copy.tokens) / rate
+    }
+
+    /// Whether it would be full at `now` (then forgetting it changes nothing).
+    public func isFull(now: Double) -> Bool {
+        var copy = self
+        copy.refill(now: now)
+        return copy.tokens >= burst
+    }
+}
+
+/// The limits of the unsigned Cognito Identity operations (GetId, GetCredentialsForIdentity,
+/// GetOpenIdToken): one token bucket per source address and one per identity pool, shared by
+/// the three operations. A rate of 0 turns that bucket off.
+public struct IdentityThrottleOptions: Sendable, Equatable {
+    /// Requests a second one source may make (`--identity-source-rate`).
+    public var sourceRate: Double = 20
+    /// Requests one source may make at once (`--identity-source-burst`).
+    public var sourceBurst: Double = 100
+    /// Requests a second one identity pool takes from every source together (`--identity-pool-rate`).
+    public var poolRate: Double = 200
+    /// Requests one identity pool takes at once (`--identity-pool-burst`).
+    public var poolBurst: Double = 1000
+    /// Addresses of reverse proxies (or cluster nodes) whose `X-Forwarded-For` is believed
+    /// (`--trusted-proxy`, exact addresses). From any other peer the header is ignored: its
+    /// sender could name any source he likes.
+    public var trustedProxies: [String] = []
+    /// The most buckets kept per kind; past it, full ones are forgotten first.
+    public var maxTracked: Int = 100_000
+
+    /// The defaults above.
+    public init() {}
+
+    /// Checks the values.
+    /// - Throws: ``StartupError`` naming the flag.
+    public func validate() throws {
+        for (name, value) in [("--identity-source-rate", sourceRate), ("--identity-pool-rate", poolRate)] {
+            guard value.isFinite, (0...1_000_000).contains(value) else { throw StartupError("\(name) must be 0 (off) to 1000000 requests a second, not \(value)") }
+        }
+        for (name, value) in [("--identity-source-burst", sourceBurst), ("--identity-pool-burst", poolBurst)] {
+            guard value.isFinite, (1...10_000_000).contains(value) else { throw StartupError("\(name) must be 1 to 10000000 requests, not \(value)") }
+        }
+        for proxy in trustedProxies where IdentityThrottle.normalizedAddress(proxy) == nil {
+            throw StartupError("--trusted-proxy must be an IPv4 or IPv6 address, not \(String(proxy.prefix(80)))")
+        }
+        guard maxTracked >= 1 else { throw StartupError("the identity throttle must track at least one bucket") }
+    }
+}
+
+/// The token buckets of the unsigned Cognito Identity operations, and their counts for
+/// `/metrics`. Every node of a cluster keeps its own.
+final class IdentityThrottle: Sendable {
+    /// The operations it limits.
+    static let operations: Set<String> = ["GetId", "GetCredentialsForIdentity", "GetOpenIdToken"]
+
+    /// Which bucket refused a request.
+    enum Limit: String, Sendable {
+        case source
+        case pool
+    }
+
+    private struct State {
+        var sources: [String: TokenBucket] = [:]
+        var pools: [String: TokenBucket] = [:]
+        /// Refusals by operation and limit.
+        var refused: [String: UInt64] = [:]
+    }
+
+    let options: IdentityThrottleOptions
+    private let trusted: Set<String>
+    private let clock: @Sendable () -> Double
+    private let state = Mutex(State())
+
+    /// - Parameter clock: seconds of a monotonic clock (tests give their own).
+    init(options: IdentityThrottleOptions, clock: @escaping @Sendable () -> Double = IdentityThrottle.monotonicSeconds) {
+        self.options = options
+        self.trusted = Set(options.trustedProxies.compactMap(Self.normalizedAddress))
+        self.clock = clock
+    }
+
+    /// Seconds since an arbitrary start, never going back.
+    static func monotonicSeconds() -> Double {
+        let d = ContinuousClock.now - start
+        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+    private static let start = ContinuousClock.now
+
+    /// The source a request is counted against: its peer's address, or — when the peer is a
+    /// trusted proxy — the rightmost `X-Forwarded-For` address that is not a trusted proxy
+    /// (what the nearest trusted proxy saw; entries to its left are the client's to choose).
+    func source(peer: String?, forwardedFor: String?) -> String {
+        guard let peer = peer.flatMap(Self.normalizedAddress) else { return "unknown" }
+        guard trusted.contains(peer), let forwardedFor, forwardedFor.utf8.count <= 4096 else { return peer }
+        var nearest = peer
+        for entry in forwardedFor.split(separator: ",").reversed() {
+            guard let address = Self.normalizedAddress(entry.trimmingCharacters(in: .whitespaces)) else { return nearest }
+            nearest = address
+            if !trusted.contains(address) { return address }
+        }
+        return nearest
+    }
+
+    /// Whether a request from `peer` may skip the buckets: a cluster node's forwarded request,
+    /// already counted on the node that received it, when that node is a trusted proxy.
+    func isTrustedForwarder(peer: String?) -> Bool {
+        peer.flatMap(Self.normalizedAddress).map(trusted.contains) ?? false
+    }
+
+    /// Takes a token from `source`'s bucket.
+    /// - Returns: nil when the request may pass, else the seconds until it could.
+    func admit(source: String, operation: String) -> Double? {
+        guard options.sourceRate > 0 else { return nil }
+        return take(.source, key: source, operation: operation, rate: options.sourceRate, burst: options.sourceBurst)
+    }
+
+    /// Takes a token from the bucket of identity pool `pool`.
+    /// - Returns: nil when the request may pass, else the seconds until it could.
+    func admit(pool: String, operation: String) -> Double? {
+        guard options.poolRate > 0 else { return nil }
+        return take(.pool, key: pool, operation: operation, rate: options.poolRate, burst: options.poolBurst)
+    }
+
+    private func take(_ limit: Limit, key: String, operation: String, rate: Double, burst: Double) -> Double? {
+        let now = clock()
+        let max = options.maxTracked
+        return state.withLock { s -> Double? in
+            func run(_ buckets: inout [String: TokenBucket]) -> Double? {
+                if buckets[key] == nil, buckets.count >= max {
+                    // A full bucket is what a new one would be: forgetting those changes nothing.
+                    buckets = buckets.filter { !$0.value.isFull(now: now) }
+                    // Still too many (a flood from many sources): forget the oldest half. They
+                    // start full again; the pool's bucket still bounds what they can do.
+                    if buckets.count >= max {
+                        let keep = buckets.sorted { $0.value.updated > $1.value.updated }.prefix(max / 2)
+                        buckets = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
+                    }
+                }
+                var bucket = buckets[key] ?? TokenBucket(rate: rate, burst: burst, now: now)
+                let passed = bucket.take(now: now)
+                buckets[key] = bucket
+                return passed ? nil : bucket.secondsUntilToken(now: now)
+            }
+            let wait = limit == .source ? run(&s.sources) : run(&s.pools)
+            if wait != nil { s.refused["\(operation)\u{0}\(limit.rawValue)", default: 0] += 1 }
+            return wait
+        }
+    }
+
+    /// An IPv4 or IPv6 address in one spelling (IPv6 lower-cased, IPv4-mapped IPv6 as IPv4, a
+    /// zone or port left off), nil for anything else.
+    static func normalizedAddress(_ text: some StringProtocol) -> String? {
+        var s = String(text)
+        guard (1...64).contains(s.utf8.count) else { return nil }
+        if s.hasPrefix("["), let close = s.firstIndex(of: "]") { s = String(s[s.index(after: s.startIndex)..<close]) }
+        if let percent = s.firstIndex(of: "%") { s = String(s[..<percent]) }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, s, &v4) == 1 { return s }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, s, &v6) == 1 else { return nil }
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        guard inet_ntop(AF_INET6, &v6, &buffer, socklen_t(buffer.count)) != nil else { return nil }
+        let canonical = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if canonical.hasPrefix("::ffff:"), canonical.contains(".") { return String(canonical.dropFirst(7)) }
+        return canonical
+    }
+
+    /// The Prometheus text of the limits and the refusals.
+    func renderMetrics() -> String {
+        let (refused, sources, pools) = state.withLock { ($0.refused, $0.sources.count, $0.pools.count) }
+        var out = "# HELP syncledger_identity_throttled_total Unsigned Cognito Identity calls refused with 429 TooManyRequestsException, by operation and the bucket that refused them (source or pool).\n# TYPE syncledger_identity_throttled_total counter\n"
+        for operation in Self.operations.sorted() {
+            for limit in [Limit.source, .pool] {
+                out += "syncledger_identity_throttled_total{operation=\"\(operation)\",limit=\"\(limit.rawValue)\"} \(refused["\(operation)\u{0}\(limit.rawValue)"] ?? 0)\n"
+            }
+        }
+        out += "# HELP syncledger_identity_throttle_rate Requests a second a bucket of the unsigned Cognito Identity calls refills (0: off).\n# TYPE syncledger_identity_throttle_rate gauge\n"
+        out += "syncledger_identity_throttle_rate{limit=\"source\"} \(options.sourceRate)\nsyncledger_identity_throttle_rate{limit=\"pool\"} \(options.poolRate)\n"
+        out += "# HELP syncledger_identity_throttle_burst Requests a full bucket lets through at once.\n# TYPE syncledger_identity_throttle_burst gauge\n"
+        out += "syncledger_identity_throttle_burst{limit=\"source\"} \(options.sourceBurst)\nsyncledger_identity_throttle_burst{limit=\"pool\"} \(options.poolBurst)\n"
+        out += "# HELP syncledger_identity_throttle_buckets Buckets kept now (sources and pools seen lately).\n# TYPE syncledger_identity_throttle_buckets gauge\n"
+        out += "syncledger_identity_throttle_buckets{limit=\"source\"} \(sources)\nsyncledger_identity_throttle_buckets{limit=\"pool\"} \(pools)\n"
+        return out
+    }
+}
