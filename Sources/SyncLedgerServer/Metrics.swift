@@ -77,6 +77,8 @@ final class ServerMetrics: Sendable {
         out += "syncledger_group_commit_size_bucket{le=\"+Inf\"} \(stats.commits)\n"
         out += "syncledger_group_commit_size_sum \(stats.writes)\n"
         out += "syncledger_group_commit_size_count \(stats.commits)\n"
+        out += "# HELP syncledger_idempotency_waits_total UpdateRecords calls that waited for an earlier call with their Idempotency-Key still in progress.\n# TYPE syncledger_idempotency_waits_total counter\n"
+        out += "syncledger_idempotency_waits_total \(ledger.idempotencyWaits)\n"
         if let replication { out += replication.metrics() }
         if let consumers = try? ledger.consumers(), !consumers.isEmpty {
             out += "# HELP syncledger_message_consumer_messages_total Device messages a consumer passed: acknowledged within their time to live, or expired.\n# TYPE syncledger_message_consumer_messages_total counter\n"
