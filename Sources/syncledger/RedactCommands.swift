@@ -45,11 +45,15 @@ struct Redact: AsyncParsableCommand {
                 "entriesRewritten": .int(Int64(report.entriesRewritten)), "streams": .int(Int64(report.streams)),
                 "removals": .array(report.redaction.removals.map { .uint($0) }), "identity": .string(identity),
                 "dataset": .string(dataset), "key": .string(key), "reason": .string(report.redaction.reason), "by": .string(report.redaction.by),
+                "copies": .array(report.copies.map { copy -> JSON in
+                    ["sequence": .uint(copy.sequence), "identity": .string(copy.redaction.identity), "dataset": .string(copy.redaction.dataset)]
+                }),
             ])
         } else {
             let what = key.map { "key \($0) of dataset \(dataset!)" } ?? dataset.map { "dataset \($0)" } ?? "every dataset"
             print("Redacted \(what) of \(identity): \(report.erasedValues) values erased in \(report.entriesRewritten) entries, "
                   + "\(report.redaction.removals.count) removals; recorded at sequence \(report.sequence). "
+                  + report.copies.map { "Also its copy \($0.redaction.dataset ?? "") in identity \($0.redaction.identity) (an identity merge made it). " }.joined()
                   + "Run syncledger compact (server stopped) to take the bytes out of the data file.")
         }
     }
