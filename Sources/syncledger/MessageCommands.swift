@@ -111,12 +111,13 @@ struct Messages: AsyncParsableCommand {
             let footprint = try ledger.idempotencyFootprint()
             if json {
                 printLine(.object([
-                    ("messageKeys", .int(Int64(purged.messageKeys))), ("updateKeys", .int(Int64(purged.updateKeys))),
+                    ("messageKeys", .int(Int64(purged.messageKeys))), ("messageKeysKept", .int(Int64(purged.messageKeysKept))),
+                    ("updateKeys", .int(Int64(purged.updateKeys))),
                     ("remaining", .object(footprint.map { ($0.name, .object([("entries", .int(Int64($0.entries))), ("pages", .int(Int64($0.pages)))])) })),
                 ]))
                 return
             }
-            print("purged \(purged.messageKeys) message keys and \(purged.updateKeys) UpdateRecords keys")
+            print("purged \(purged.messageKeys) message keys and \(purged.updateKeys) UpdateRecords keys; kept \(purged.messageKeysKept) keys of expired messages sent without SentAt")
             for f in footprint { print("  \(f.name): \(f.entries) keys in \(f.pages) pages") }
         }
     }
