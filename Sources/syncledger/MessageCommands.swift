@@ -95,7 +95,7 @@ struct Messages: AsyncParsableCommand {
     struct Purge: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Remove idempotency keys older than the retention now (the server does this hourly).",
-            discussion: "The messages stay in the log; their keys and their places for consumers go.")
+            discussion: "The messages stay in the log; their keys and their places for consumers go, except the key of a message sent without SentAt, which stays (messageKeysKept) so that a late resend is not taken again.")
         @OptionGroup var data: DataDirectory
         @Option(help: "Keep keys this many days (at least 28).") var retentionDays = 28
         @Flag(help: "One JSON object.") var json = false

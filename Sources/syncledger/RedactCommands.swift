@@ -13,7 +13,9 @@ struct Redact: AsyncParsableCommand {
             removal), so devices drop them at their next sync; every earlier entry keeps its keys, \
             times and the values' salted commitments but loses the values; the redaction is \
             recorded, with its reason and author, in the pool's `redactions` system stream. \
-            Followers erase their copies when they replicate that record. Exports and stream \
+            Followers erase their copies when they replicate that record. An identity merged \
+            into another left copies of its datasets there (D.<id>): they are redacted too, each \
+            recorded in the survivor's redactions. Exports and stream \
             deliveries made before cannot be recalled. Run `syncledger compact` afterwards (with \
             the server stopped) to take the erased bytes out of the data file.
             """)
