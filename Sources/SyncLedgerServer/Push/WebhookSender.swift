@@ -71,10 +71,12 @@ final class WebhookSender: PushSender {
     /// port, no query and no fragment, and the configured path's segments as the first
     /// segments of its path. A path with a segment that is a dot segment (`.` or `..`, also
     /// percent-encoded in any case, or before a `;` parameter) or that decodes to something
-    /// holding `/` or `\` is never under it: a client, proxy or server resolving or decoding
-    /// it on the way could take the request out of the configured path.
+    /// holding `/` or `\`, or a malformed percent-escape, is never under it: a client, proxy or
+    /// server resolving or decoding it on the way could take the request out of the configured
+    /// path.
     static func isUnder(_ address: String, base: String) -> Bool {
-        guard problem(with: address) == nil, let a = URLComponents(string: address), let b = URLComponents(string: base) else { return false }
+        guard problem(with: address) == nil, isWellEncoded(Substring(address).utf8),
+              let a = URLComponents(string: address), let b = URLComponents(string: base) else { return false }
         guard a.scheme?.lowercased() == b.scheme?.lowercased(), a.host?.lowercased() == b.host?.lowercased(), a.port == b.port,
               a.percentEncodedQuery == nil, a.percentEncodedFragment == nil,
               let path = safeSegments(a.percentEncodedPath), let prefix = safeSegments(b.percentEncodedPath) else { return false }
@@ -91,12 +93,29 @@ final class WebhookSender: PushSender {
         guard path.hasPrefix("/") else { return nil }
         var segments: [String] = []
         for raw in path.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
-            guard let segment = String(raw).removingPercentEncoding else { return nil }
+            guard isWellEncoded(raw.utf8), let segment = String(raw).removingPercentEncoding else { return nil }
             let name = segment.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
             if name == "." || name == ".." || segment.contains("/") || segment.contains("\\") { return nil }
             segments.append(segment)
         }
         return segments
+    }
+
+    /// Whether every `%` in `text` starts an escape of two hex digits (a malformed one is read
+    /// differently by different servers).
+    static func isWellEncoded(_ text: Substring.UTF8View) -> Bool {
+        let bytes = Array(text)
+        func isHex(_ b: UInt8) -> Bool { (0x30...0x39).contains(b) || (0x41...0x46).contains(b) || (0x61...0x66).contains(b) }
+        var i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "%") {
+                guard i + 2 < bytes.count, isHex(bytes[i + 1]), isHex(bytes[i + 2]) else { return false }
+                i += 3
+            } else {
+                i += 1
+            }
+        }
+        return true
     }
 
     func send(_ delivery: PushDelivery) async -> PushOutcome {
