@@ -36,6 +36,19 @@ extension CognitoAPI {
             w.key("Removals"); w.beginArray()
             for sequence in report.redaction.removals { w.int(sequence) }
             w.endArray()
+            // The copies identity merges made of the data, redacted with it (docs/redaction.md).
+            w.key("Copies"); w.beginArray()
+            for copy in report.copies {
+                w.beginObject()
+                w.member("Sequence", int: copy.sequence)
+                w.member("IdentityId", copy.redaction.identity)
+                w.member("DatasetName", copy.redaction.dataset)
+                w.key("Removals"); w.beginArray()
+                for sequence in copy.redaction.removals { w.int(sequence) }
+                w.endArray()
+                w.endObject()
+            }
+            w.endArray()
             w.endObject()
             return (.json(w), name, identity.rawValue)
         case ("GET", "redactions"?, 2):
@@ -52,6 +65,7 @@ extension CognitoAPI {
                 w.member("IdentityId", r.identity)
                 w.member("DatasetName", r.dataset)
                 w.member("Key", r.key)
+                w.member("MergedFrom", r.mergedFrom)
                 w.member("Reason", r.reason)
                 w.member("By", r.by)
                 w.member("At", date: r.at.milliseconds)

@@ -81,6 +81,8 @@ final class ServerMetrics: Sendable {
         out += "syncledger_group_commit_size_bucket{le=\"+Inf\"} \(stats.commits)\n"
         out += "syncledger_group_commit_size_sum \(stats.writes)\n"
         out += "syncledger_group_commit_size_count \(stats.commits)\n"
+        out += "# HELP syncledger_idempotency_waits_total UpdateRecords calls that waited for an earlier call with their Idempotency-Key still in progress.\n# TYPE syncledger_idempotency_waits_total counter\n"
+        out += "syncledger_idempotency_waits_total \(ledger.idempotencyWaits)\n"
         if let replication { out += replication.metrics() }
         if let identityThrottle { out += identityThrottle.renderMetrics() }
         if let identityCapWatch { out += identityCapWatch.renderMetrics() }

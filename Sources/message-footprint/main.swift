@@ -160,7 +160,9 @@ struct Run: Sendable {
                         guard n < count else { return }
                         let who = n % identities.count
                         let head = "\(round)-\(n)-"
+                        // With SentAt, as docs/devices.md recommends: a message without it keeps its key.
                         let message = DeviceMessage(messageId: UUID().uuidString.lowercased(), timeToLive: DeviceMessage.maxTimeToLive,
+                                                    sentAt: Timestamp(milliseconds: Timestamp.now.milliseconds + clockOffset.load(ordering: .relaxed)),
                                                     data: ["payload": head + filler.prefix(max(options.bytes - head.count, 0))])
                         _ = try await ledger.postMessage(pool: pool, identity: identities[who], deviceCode: devices[who], message: message)
                         if (n + 1) % step == 0 {

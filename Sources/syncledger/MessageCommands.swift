@@ -95,7 +95,7 @@ struct Messages: AsyncParsableCommand {
     struct Purge: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Remove idempotency keys older than the retention now (the server does this hourly).",
-            discussion: "The messages stay in the log; their keys and their places for consumers go.")
+            discussion: "The messages stay in the log; their keys and their places for consumers go, except the key of a message sent without SentAt, which stays (messageKeysKept) so that a late resend is not taken again.")
         @OptionGroup var data: DataDirectory
         @Option(help: "Keep keys this many days (at least 28).") var retentionDays = 28
         @Flag(help: "One JSON object.") var json = false
@@ -111,12 +111,13 @@ struct Messages: AsyncParsableCommand {
             let footprint = try ledger.idempotencyFootprint()
             if json {
                 printLine(.object([
-                    ("messageKeys", .int(Int64(purged.messageKeys))), ("updateKeys", .int(Int64(purged.updateKeys))),
+                    ("messageKeys", .int(Int64(purged.messageKeys))), ("messageKeysKept", .int(Int64(purged.messageKeysKept))),
+                    ("updateKeys", .int(Int64(purged.updateKeys))),
                     ("remaining", .object(footprint.map { ($0.name, .object([("entries", .int(Int64($0.entries))), ("pages", .int(Int64($0.pages)))])) })),
                 ]))
                 return
             }
-            print("purged \(purged.messageKeys) message keys and \(purged.updateKeys) UpdateRecords keys")
+            print("purged \(purged.messageKeys) message keys and \(purged.updateKeys) UpdateRecords keys; kept \(purged.messageKeysKept) keys of expired messages sent without SentAt")
             for f in footprint { print("  \(f.name): \(f.entries) keys in \(f.pages) pages") }
         }
     }

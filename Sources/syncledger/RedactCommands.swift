@@ -13,7 +13,9 @@ struct Redact: AsyncParsableCommand {
             removal), so devices drop them at their next sync; every earlier entry keeps its keys, \
             times and the values' salted commitments but loses the values; the redaction is \
             recorded, with its reason and author, in the pool's `redactions` system stream. \
-            Followers erase their copies when they replicate that record. Exports and stream \
+            Followers erase their copies when they replicate that record. An identity merged \
+            into another left copies of its datasets there (D.<id>): they are redacted too, each \
+            recorded in the survivor's redactions. Exports and stream \
             deliveries made before cannot be recalled. Run `syncledger compact` afterwards (with \
             the server stopped) to take the erased bytes out of the data file.
             """)
@@ -45,11 +47,15 @@ struct Redact: AsyncParsableCommand {
                 "entriesRewritten": .int(Int64(report.entriesRewritten)), "streams": .int(Int64(report.streams)),
                 "removals": .array(report.redaction.removals.map { .uint($0) }), "identity": .string(identity),
                 "dataset": .string(dataset), "key": .string(key), "reason": .string(report.redaction.reason), "by": .string(report.redaction.by),
+                "copies": .array(report.copies.map { copy -> JSON in
+                    ["sequence": .uint(copy.sequence), "identity": .string(copy.redaction.identity), "dataset": .string(copy.redaction.dataset)]
+                }),
             ])
         } else {
             let what = key.map { "key \($0) of dataset \(dataset!)" } ?? dataset.map { "dataset \($0)" } ?? "every dataset"
             print("Redacted \(what) of \(identity): \(report.erasedValues) values erased in \(report.entriesRewritten) entries, "
                   + "\(report.redaction.removals.count) removals; recorded at sequence \(report.sequence). "
+                  + report.copies.map { "Also its copy \($0.redaction.dataset ?? "") in identity \($0.redaction.identity) (an identity merge made it). " }.joined()
                   + "Run syncledger compact (server stopped) to take the bytes out of the data file.")
         }
     }

@@ -135,7 +135,7 @@ import SyncLedgerTestSupport
             let code = try await device(ledger, alice)
             let s = stream()
             for i in 0..<300 {
-                _ = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m\(i)"))
+                _ = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m\(i)", sentAt: clock.read()))
             }
             let token = try ledger.token(s)
             _ = try await ledger.updateRecords(s, patches: [RecordPatch(op: .replace, key: "k", value: "v", syncCount: 0)], sessionToken: token, idempotencyKey: "u1")
@@ -145,8 +145,12 @@ import SyncLedgerTestSupport
             #expect(full.first { $0.name == "message-ids" }?.entries == 300)
             clock.advance(seconds: 29 * 86_400)
             let purged = try await ledger.purgeIdempotencyKeys(batch: 128)
-            #expect(purged == IdempotencyPurge(messageKeys: 300, updateKeys: 1))
+            #expect(purged == IdempotencyPurge(messageKeys: 300, messageKeysKept: 0, updateKeys: 1))
             #expect(try ledger.idempotencyFootprint().allSatisfy { $0.entries == 0 })
+            // A resend with SentAt after the purge has expired: refused, nothing stored.
+            await expectLedgerError(.expired) {
+                _ = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m0", sentAt: Timestamp(milliseconds: clock.read().milliseconds - 29 * 86_400_000)))
+            }
             // The log keeps every message; consumers no longer see them (they had expired).
             #expect(try ledger.entries(in: Ledger.messageStream(pool: pool, identity: alice)).count == 300)
             #expect(try ledger.messages(after: 0, limit: 10).messages.isEmpty)
@@ -178,6 +182,30 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func aMessageWithoutSentAtKeepsItsKeySoALateResendIsNotTakenAgain() async throws {
+        let clock = TestClock()
+        var options = LedgerOptions()
+        options.clock = clock.read
+        options.durable = false
+        try await withLedger(options) { ledger in
+            let code = try await device(ledger, alice)
+            let first = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("late", ttl: 3600))
+            let dated = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("dated", ttl: 3600, sentAt: clock.read()))
+            clock.advance(seconds: 29 * 86_400)
+            let purged = try await ledger.purgeIdempotencyKeys()
+            #expect(purged.messageKeys == 1 && purged.messageKeysKept == 1)
+            // Its place for consumers went (it expired); its key stays, and answers the resend.
+            #expect(try ledger.messages(after: 0, limit: 10).messages.isEmpty)
+            let resent = try await ledger.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("late", ttl: 3600))
+            #expect(resent.replayed && resent.sequence == first.sequence)
+            #expect(try ledger.entries(in: Ledger.messageStream(pool: pool, identity: alice)).count == 2)
+            // A second purge finds nothing more to do; the kept key is no consumer's.
+            #expect(try await ledger.purgeIdempotencyKeys() == IdempotencyPurge())
+            #expect(try ledger.idempotencyFootprint().first { $0.name == "message-ids" }?.entries == 1)
+            _ = dated
+        }
+    }
+
     @Test func aMessageTakenAgainAfterItsKeyWasPurgedIsIndexedOnEveryReplica() async throws {
         let clock = TestClock()
         var options = LedgerOptions()
@@ -188,9 +216,12 @@ import SyncLedgerTestSupport
                 let code = try await device(leader, alice)
                 let first = try await leader.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m1"))
                 _ = try await follower.merge(bytes: try #require(try leader.feedSegment(after: 0)).encoded())
-                // Four weeks on, the leader has purged its key (the follower not yet): a resend
-                // without SentAt is taken as a new message.
+                // Four weeks on, the leader has lost its key (as an earlier version's purge
+                // dropped it; the follower's is there): a resend without SentAt is taken as a
+                // new message.
                 clock.advance(seconds: 29 * 86_400)
+                let key = Ledger.messageKey(pool: pool, identity: alice, device: code, messageId: "m1")
+                _ = try await leader.write { txn in try txn.delete(leader.schema.messageIDs, key: key) }
                 _ = try await leader.purgeIdempotencyKeys()
                 let again = try await leader.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m1"))
                 #expect(!again.replayed && again.sequence > first.sequence)
@@ -202,7 +233,7 @@ import SyncLedgerTestSupport
                     #expect(resent.replayed && resent.sequence == again.sequence)
                 }
                 // The follower's purge of the first entry's row leaves the key, which names the second.
-                #expect(try await follower.purgeIdempotencyKeys().messageKeys == 1)
+                #expect(try await follower.purgeIdempotencyKeys() == IdempotencyPurge(messageKeys: 0, messageKeysKept: 1, updateKeys: 0))
                 let afterPurge = try await follower.postMessage(pool: pool, identity: alice, deviceCode: code, message: message("m1"))
                 #expect(afterPurge.replayed && afterPurge.sequence == again.sequence)
                 #expect(try follower.verify().isValid)

@@ -49,8 +49,10 @@ class SSE:
     """One `GET /events` over a raw socket. `status`, `headers` and (for an error) `error` are
     set once the response head is read; events arrive on a queue read by `block`/`event`."""
 
-    def __init__(self, server, target, headers, timeout=10):
-        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+    def __init__(self, server, target, headers, timeout=10, source=None):
+        # `source`: the loopback address to connect from (the server bounds streams per address).
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         head = f"GET {target} HTTP/1.1\r\nHost: {server.host}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
         self.sock.sendall((head + "\r\n").encode())
@@ -143,10 +145,11 @@ class SSE:
         self.sock.close()
 
 
-def open_sse(server, params=None, **kwargs):
-    """Opens `GET /events` (see `events_target` for the arguments)."""
+def open_sse(server, params=None, source=None, **kwargs):
+    """Opens `GET /events` (see `events_target` for the arguments) from address `source`
+    (default: the system's choice, 127.0.0.1)."""
     target, headers = events_target(server, params, **kwargs)
-    return SSE(server, target, headers)
+    return SSE(server, target, headers, source=source)
 
 
 def expect_refused(stream, code, status):

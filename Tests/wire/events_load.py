@@ -43,7 +43,8 @@ def main():
     atexit.register(shutil.rmtree, root, True)
     env = dict(os.environ, SYNCLEDGER_ACCESS_KEY_ID=KEY, SYNCLEDGER_SECRET_ACCESS_KEY=SECRET)
     server = subprocess.Popen([args.binary, "serve", "--data", os.path.join(root, "data"), "--port", "0", "--fast",
-                               "--max-connections", str(2 * count + 200), "--max-event-streams", str(count + 50)],
+                               "--max-connections", str(2 * count + 200), "--max-event-streams", str(count + 50),
+                               "--events-per-source", "0"],  # every stream comes from this one address
                               env=env, stdout=subprocess.PIPE, stderr=open(os.path.join(root, "server.log"), "wb"))
     atexit.register(server.kill)
     while "listening on" not in (line := server.stdout.readline().decode()):

@@ -313,6 +313,35 @@ def test_a_webhook_device_is_posted_at_its_own_address_only_under_the_transports
     assert [r.path for r in bed.webhook.requests] == [hook.path]
 
 
+def test_a_webhook_address_that_could_leave_the_transports_path_is_never_posted(push_server, bed, push_pool):
+    """Issue 22, item 6a: dot segments (also percent-encoded, any case), encoded slashes, a query
+    or a fragment could make a device's address leave the transport's path on the way (a client
+    or proxy resolving `..`, a server decoding `%2e%2e`): delivery refuses them all."""
+    alice = Caller.of(push_server, push_pool, new_id())
+    base = bed.webhook.url + HOOK_PATH
+    escapes = [f"{base}/../elsewhere", f"{base}/%2e%2e/elsewhere", f"{base}/%2E%2e/elsewhere", f"{base}/.%2E/elsewhere",
+               f"{base}/a/../../elsewhere", f"{base}/./x", f"{base}/x/..", f"{base}/%2e", f"{base}/..%2felsewhere",
+               f"{base}/%2e%2e%2Felsewhere", f"{base}/x%5c..%5celsewhere", f"{base}/x?next=/elsewhere", f"{base}/x#elsewhere",
+               f"{base}/x?", f"{base}/..;/elsewhere"]
+    fine = f"{base}/{uuid.uuid4().hex}/v1..2/...x"  # dots inside a segment are no dot segment
+    codes = {}
+    for address in escapes + [fine]:
+        code = alice.new_device("WEBHOOK")
+        alice.sync_token(code, address)
+        alice.login(code)
+        codes[code] = address
+    count = put(alice, "notes", {"n": "1"})
+    [ok] = [code for code, a in codes.items() if a == fine]
+    [hook] = bed.webhook.wait_for(lambda r: (r.payload or {}).get("deviceId") == ok)
+    assert hook.path == fine[len(bed.webhook.url):] and hook.payload["syncCount"] == str(count)
+    letters = wait_until(lambda: (lambda ls: ls if len(ls) >= len(escapes) else None)(
+        [json.loads(line) for line in cli(push_server, "push", "dead-letters", "--identity-pool-id", push_pool, "--json").stdout.splitlines()]),
+        what=f"{len(escapes)} dead letters")
+    assert {l["deviceId"]: codes[l["deviceId"]] for l in letters} == {c: a for c, a in codes.items() if a != fine}
+    assert all("not under the transport's URL" in l["lastError"] for l in letters), letters
+    assert [r.path for r in bed.webhook.requests] == [hook.path]
+
+
 def test_a_custom_notification_the_api_accepts_fits_an_apns_payload(push_server, bed, push_pool):
     """Data within the endpoint's limit (4,096 bytes of keys and values) must reach an APNs
     device — or be refused by the endpoint; APNs itself refuses payloads over 4,096 bytes, and

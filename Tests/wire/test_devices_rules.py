@@ -107,6 +107,52 @@ def test_every_registry_change_is_an_entry_of_the_pools_devices_or_subscriptions
     assert (now["Platform"], now["HasToken"], now["LoggedIn"]) == ("APNS_SANDBOX", False, False), now
 
 
+def test_a_devices_creator_does_not_learn_who_logs_in_on_it(server):
+    """Issue 22, item 5: the install identity that created a device must not learn the identity
+    that logs in on it (a guest identity's id is enough to get its credentials): it sees the
+    device redacted — no identity, settings or token state — and keeps logout and the power to
+    take the token away, but may not point the token elsewhere."""
+    pool, guest_id = new_id(), new_id()
+    install, guest, admin = Caller.of(server, pool, new_id()), Caller.of(server, pool, guest_id), Caller.admin(server)
+    phone, tablet = install.new_device("APNS", Settings={"theme": "dark"}), install.new_device("GCM")
+    token = hex_apns_token()
+    install.sync_token(phone, token)
+    for code in (phone, tablet):
+        guest.login(code)
+    guest.sync(DeviceCode=phone, Settings={"home": "Bahnhofstrasse 1"})
+    seen = []  # every answer the creator gets while the guest is logged in
+
+    def as_creator(method, path, body=b""):
+        r = install.call(method, path, body)
+        seen.append(r.text)
+        return r
+
+    r = as_creator("GET", "/devices/" + phone)
+    assert r.status_code == 200, r.text
+    shown = r.json()["Device"]
+    assert shown == {"DeviceCode": phone, "Platform": "APNS", "OsVersion": "17.4.1", "AppVersion": "3.2.0", "Model": "iPhone15,2",
+                     "Locale": "de_CH", "LoggedIn": True, "Redacted": True, "CreationDate": shown["CreationDate"]}, shown
+    # The creator may not point the token at a device of its own (the guest's notifications carry its id).
+    r = as_creator("POST", "/devices/sync-token", {"DeviceCode": phone, "Token": hex_apns_token()})
+    assert (r.status_code, r.headers.get("x-amzn-ErrorType")) == (403, DENIED), r.text
+    r = as_creator("POST", "/devices/sync-token", {"DeviceCode": phone, "Token": token})  # not even the one it has
+    assert (r.status_code, r.headers.get("x-amzn-ErrorType")) == (403, DENIED), r.text
+    assert guest.describe(phone)["HasToken"] is True and admin.describe(phone, query=urlencode({"IdentityPoolId": pool}))["IdentityId"] == guest_id
+    # It keeps the info updates of its launches, taking the token away, and logout.
+    assert as_creator("POST", "/devices/sync", {"DeviceCode": phone, "AppVersion": "3.3.0"}).status_code == 200
+    assert as_creator("POST", "/devices/sync-token", {"DeviceCode": phone, "Token": None}).status_code == 200
+    assert (guest.describe(phone)["HasToken"], guest.describe(phone)["AppVersion"]) == (False, "3.3.0")
+    r = as_creator("DELETE", "/devices/" + tablet)  # removed as it was: redacted too
+    assert r.status_code == 200 and r.json()["Device"]["Redacted"] is True, r.text
+    assert all(guest_id not in text and "Bahnhofstrasse" not in text for text in seen), seen
+    r = install.call("POST", "/devices/logout", {"DeviceCode": phone})
+    assert r.status_code == 200 and r.json()["Device"]["LoggedIn"] is False and guest_id not in r.text, r.text
+    assert guest.devices() == {}
+    # Logged out, the device is the creator's alone again and it sees it whole (its settings are
+    # the device's: docs/devices.md says to keep a user's data in the user's datasets).
+    assert install.describe(phone)["HasToken"] is False and "Redacted" not in install.describe(phone)
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 def test_bad_device_input_gets_typed_errors_and_changes_nothing(server):

@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 
 from conftest import BINARY, new_id, start_server
 from event_clients import (EOF, SSE, Identity, events_target, expect_refused, first_block, metric, open_sse,
-                           start_events_server, wait_metric, ws_message)
+                           start_events_server, wait_metric, ws_message, ws_refusal)
 
 
 # -- servers and helpers -----------------------------------------------------------------------
@@ -236,6 +236,74 @@ def test_streams_per_identity_are_bounded_and_freed_on_disconnect(events_server)
         time.sleep(0.05)
     for s in streams[1:] + [other, again]:
         s.close()
+
+
+def test_streams_per_client_address_are_bounded_however_many_identities_it_makes(tmp_root):
+    """Issue 22, item 6e: identities are free, so one client could open `--events-per-identity`
+    streams for each of any number of identities; the per-address bound stops it (429, counted),
+    over SSE and WebSocket alike, while another address still gets in."""
+    server = start_server(tmp_root, "events-per-source", ["--fast", "--events-per-source", "4"])
+    try:
+        pool = new_id()
+        streams = [Identity(server, pool).open() for _ in range(3)]
+        socket_stream = Identity(server, pool).open_ws()
+        for s in streams:
+            first_block(s)
+        refused = metric(server, "syncledger_event_streams_refused_total", reason="per_source")
+        message = expect_refused(Identity(server, pool).open(), "TooManyRequestsException", 429)
+        assert "--events-per-source" in message and "127.0.0.1" in message, message
+        status, headers, body = ws_refusal(server, **Identity(server, pool).keys())
+        assert (status, headers["x-amzn-ErrorType"]) == (429, "TooManyRequestsException"), body
+        assert metric(server, "syncledger_event_streams_refused_total", reason="per_source") == refused + 2
+        # Another client address is not affected; a stream closed frees its address's place.
+        elsewhere = Identity(server, pool)
+        other = open_sse(server, source="127.0.0.2", key=elsewhere.cred["AccessKeyId"], secret=elsewhere.cred["SecretAccessKey"])
+        assert other.status == 200, other.error
+        streams[0].close()
+        deadline = time.monotonic() + 5
+        while (again := Identity(server, pool).open()).status != 200:
+            assert time.monotonic() < deadline, again.error
+            time.sleep(0.05)
+        for s in streams[1:] + [other, again]:
+            s.close()
+        socket_stream.close()
+    finally:
+        assert server.stop(timeout=10) == 0
+
+
+def test_a_resume_from_further_back_than_the_bound_is_refused_with_a_re_sync_message(tmp_root):
+    """Issue 22, item 6e: a resume reads every feed entry since its event id, whoever it is for:
+    one from further back than `--events-max-resume` entries is refused (400) and says to
+    re-sync; one within it resumes as usual."""
+    server = start_server(tmp_root, "events-resume", ["--fast", "--events-max-resume", "20"])
+    try:
+        a = Identity(server)
+        stream = a.open()
+        first_block(stream)
+        a.put("d", "k", "0")
+        early = stream.event()
+        stream.close()
+        other = Identity(server)
+        for i in range(25):   # other identities' entries push the id far back
+            other.put("noise", "k", str(i))
+        a.put("d", "k", "1")
+        before = metric(server, "syncledger_event_streams_refused_total", reason="resume_too_old")
+        for far in (early["_id"], "0"):
+            message = expect_refused(a.open(headers={"Last-Event-ID": far}), "InvalidParameterException", 400)
+            assert "--events-max-resume 20" in message and "re-sync" in message and "without an event id" in message, message
+        status, headers, body = ws_refusal(server, {"lastEventId": early["_id"]}, **a.keys())
+        assert (status, headers["x-amzn-ErrorType"]) == (400, "InvalidParameterException"), body
+        assert metric(server, "syncledger_event_streams_refused_total", reason="resume_too_old") == before + 3
+        # Within the bound it resumes as usual, and a fresh stream needs no event id.
+        last = int(metric(server, "syncledger_log_sequence"))
+        near = a.open(headers={"Last-Event-ID": str(last - 5)})
+        assert first_block(near) == last - 5
+        near.close()
+        fresh = a.open()
+        assert first_block(fresh) == last
+        fresh.close()
+    finally:
+        assert server.stop(timeout=10) == 0
 
 
 def test_streams_that_clients_close_end_and_leave_nothing_behind(events_server):

@@ -193,3 +193,53 @@ def test_a_format2_ledger_is_migrated_in_place_and_then_redactable(tmp_root):
     syncledger("compact", "--data", data)
     assert files_holding(data, b"Tiberius") == []
 
+
+
+def test_redacting_a_merged_identity_erases_the_copies_merges_made_of_its_data(server):
+    """Issue 22, item 6d: merges copy a merged identity's datasets into `D.<id>` streams of the
+    survivor (and on, when the survivor is merged in turn); redacting the merged identity, a
+    dataset or a key of it erases those copies too, across their history."""
+    from test_identity import identity_client, sync_client
+    from test_identity_merge import PROVIDER, developer_credentials, put, values
+
+    admin, anonymous = identity_client(server), identity_client(server, signed=False)
+    pid = admin.create_identity_pool(IdentityPoolName="Redact merges", AllowUnauthenticatedIdentities=True,
+                                     DeveloperProviderName=PROVIDER)["IdentityPoolId"]
+    old, old_creds = developer_credentials(admin, anonymous, pid, "old-user")
+    mid, mid_creds = developer_credentials(admin, anonymous, pid, "mid-user")
+    new, new_creds = developer_credentials(admin, anonymous, pid, "new-user")
+    email, diary, kept = (f"{what}-{uuid.uuid4().hex}" for what in ("EMAIL", "DIARY", "KEPT"))
+    put(sync_client(server, old_creds), pid, old, "profile", {"email": email, "theme": "dark"})
+    put(sync_client(server, old_creds), pid, old, "diary", {"day1": diary})
+    put(sync_client(server, new_creds), pid, new, "profile", {"email": kept})
+    # old → mid, then mid → new: new holds profile.<old>.<mid>, diary.<old>.<mid>.
+    admin.merge_developer_identities(SourceUserIdentifier="old-user", DestinationUserIdentifier="mid-user",
+                                     DeveloperProviderName=PROVIDER, IdentityPoolId=pid)
+    admin.merge_developer_identities(SourceUserIdentifier="mid-user", DestinationUserIdentifier="new-user",
+                                     DeveloperProviderName=PROVIDER, IdentityPoolId=pid)
+    new_sync = sync_client(server, developer_credentials(admin, anonymous, pid, "new-user")[1])
+    first, second = f"profile.{old}", f"profile.{old}.{mid}"
+    assert values(new_sync, pid, new, second) == {"email": email, "theme": "dark"}
+    assert email.encode() in syncledger("log", "--data", server.data_dir, "--json", "--limit", "1000000").stdout
+
+    # A key of the merged identity: its copies lose that key, the rest stays.
+    answer = redact(server, {"IdentityPoolId": pid, "IdentityId": old, "DatasetName": "profile", "Key": "email", "Reason": "erase my email"})
+    assert answer.status_code == 200, answer.content
+    log = syncledger("log", "--data", server.data_dir, "--json", "--limit", "1000000").stdout
+    assert email.encode() not in log and diary.encode() in log and kept.encode() in log
+    assert values(new_sync, pid, new, second) == {"theme": "dark"}
+    copies = answer.json()["Copies"]
+    assert [(c["IdentityId"], c["DatasetName"]) for c in copies] == [(mid, first), (new, second)], copies
+
+    # The whole identity: every copy of every dataset goes; the survivor's own data stays.
+    out = json.loads(syncledger("redact", "--data", server.data_dir, "--pool", pid, "--identity", old, "--reason", "account closed",
+                                "--json").stdout)
+    assert sorted((c["identity"], c["dataset"]) for c in out["copies"]) == sorted(
+        [(mid, first), (mid, f"diary.{old}"), (new, second), (new, f"diary.{old}.{mid}")]), out
+    log = syncledger("log", "--data", server.data_dir, "--json", "--limit", "1000000").stdout
+    assert email.encode() not in log and diary.encode() not in log and kept.encode() in log
+    assert values(new_sync, pid, new, f"diary.{old}.{mid}") == {} and values(new_sync, pid, new, "profile") == {"email": kept}
+    listed = server.raw("GET", "/admin/redactions", query="IdentityPoolId=" + urllib.parse.quote(pid, safe="")).json()["Redactions"]
+    assert sorted((r["IdentityId"], r.get("MergedFrom")) for r in listed) == sorted(
+        [(old, None), (mid, old), (new, old), (old, None), (mid, old), (mid, old), (new, old), (new, old)]), listed
+    assert syncledger("verify", "--data", server.data_dir).returncode == 0

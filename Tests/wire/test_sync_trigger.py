@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import BINARY, Dataset, new_id
+from conftest import BINARY, Dataset, dataset_path, new_id
 
 SECRET = "hook-secret-0123456789abcdef"
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:validate"
@@ -185,3 +185,89 @@ def test_a_trigger_without_a_hook_is_refused_not_skipped(server, admin):
     assert raised.value.response["Error"]["Code"] == "InvalidLambdaFunctionOutputException"
     assert "no hook endpoint" in raised.value.response["Error"]["Message"]
     assert ds.records("d") == {}
+
+
+class HeldHook:
+    """A SyncTrigger hook that holds every call until the test releases it, counting calls, and
+    then echoes the event (the records as the device sent them)."""
+
+    def __init__(self):
+        self.calls = 0
+        self.release = threading.Event()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["content-length"]))
+                hook.calls += 1
+                hook.release.wait(30)
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/held"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def idempotency_waits(server):
+    """`syncledger_idempotency_waits_total` from /metrics (0 when the server has no such line)."""
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith("syncledger_idempotency_waits_total "):
+            return int(line.split()[1])
+    return 0
+
+
+def test_a_retry_racing_its_original_calls_the_hook_once_and_gets_the_same_answer(server, admin, tmp_path):
+    """Issue 22, item 6c: two identical UpdateRecords with one Idempotency-Key, the second sent
+    while the hook still holds the first: the hook is called once and both get the same 200."""
+    held = HeldHook()
+    arn = "arn:aws:lambda:us-east-1:123456789012:function:held"
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET + "\n")
+    out = subprocess.run([BINARY, "sync-trigger", "set", "--data", server.data_dir, "--arn", arn, "--url", held.url,
+                          "--secret-file", str(secret)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    try:
+        pool, identity = new_id(), new_id()
+        admin.set_cognito_events(IdentityPoolId=pool, Events={"SyncTrigger": arn})
+        cred = server.mint(pool, identity)
+        mine = Dataset(server.client_for(cred), pool, identity)
+        body = {"SyncSessionToken": mine.token("cart"), "DeviceId": "phone-1",
+                "RecordPatches": [{"Op": "replace", "Key": "item", "Value": "book", "SyncCount": 0}]}
+        answers = [None, None]
+
+        def send(i):
+            answers[i] = server.raw("POST", dataset_path(pool, identity, "cart"), body, key=cred["AccessKeyId"],
+                                    secret=cred["SecretAccessKey"], headers={"Idempotency-Key": "cart-write-1"})
+
+        waits = idempotency_waits(server)
+        first = threading.Thread(target=send, args=(0,))
+        first.start()
+        deadline = time.monotonic() + 15
+        while held.calls < 1:
+            assert time.monotonic() < deadline, "the hook was never called"
+            time.sleep(0.01)
+        second = threading.Thread(target=send, args=(1,))
+        second.start()
+        # The retry is in: it either called the hook too (the bug) or waits for the original.
+        while held.calls < 2 and idempotency_waits(server) == waits:
+            assert time.monotonic() < deadline, "the retry neither called the hook nor waited"
+            time.sleep(0.01)
+        held.release.set()
+        first.join(30)
+        second.join(30)
+        assert held.calls == 1
+        assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+        assert answers[0].json() == answers[1].json()
+        assert [h.get("x-syncledger-replayed") for h in (answers[0].headers, answers[1].headers)] == [None, "true"]
+        assert mine.records("cart") == {"item": ("book", 1)}
+        assert idempotency_waits(server) == waits + 1
+    finally:
+        held.release.set()
+        held.server.shutdown()

@@ -20,6 +20,10 @@ public struct Redaction: Sendable, Hashable, Codable {
     /// Feed positions of the entries that removed the erased records from the current state
     /// (a dataset delete, or a key's removal), so devices drop them at their next sync.
     public var removals: [UInt64]
+    /// Set when this redaction erases a copy an identity merge made of another identity's data
+    /// (the dataset `<D>.<that identity>` of the survivor): the identity whose redaction it
+    /// follows. Nil for a redaction asked for directly.
+    public var mergedFrom: String?
 
     /// Whether this redaction covers a put of `key` in `stream` (of its pool).
     public func covers(_ stream: StreamName, key: String) -> Bool {
@@ -40,6 +44,17 @@ public struct RedactionReport: Sendable, Hashable {
     public var entriesRewritten: Int
     /// Streams looked through.
     public var streams: Int
+    /// The redactions of the copies identity merges made of the erased data (each recorded
+    /// in the survivor's own `_syncledger.redactions` stream). The counts above include theirs.
+    public var copies: [RecordedRedaction] = []
+}
+
+/// A redaction and the feed position of its audit entry.
+public struct RecordedRedaction: Sendable, Hashable {
+    /// The feed position of the entry that recorded it.
+    public var sequence: UInt64
+    /// The redaction.
+    public var redaction: Redaction
 }
 
 extension Ledger {
@@ -78,10 +93,59 @@ extension Ledger {
     /// The freed pages of the data file still hold the old bytes until they are reused:
     /// `syncledger compact` rewrites the file without them.
     ///
+    /// An identity merged into another left copies of its datasets in the survivor (`D.<id>`,
+    /// and on through later merges of the survivor): each copy in scope is redacted next, as
+    /// a redaction of the survivor's copy (the key in it, for a key), recorded in the survivor's
+    /// own redactions stream with ``Redaction/mergedFrom`` — one write per copy, so that on a
+    /// cluster each is a write of its own identity's shard. Redacting again redoes what a
+    /// crash in between left undone.
+    ///
     /// - Throws: `.invalidParameter` for an empty or over-long reason, a key without a dataset,
     ///   or the reserved identity; `.notFound` when the identity or dataset has no stream.
     public func redact(pool: IdentityPoolID, identity: IdentityID, dataset: DatasetName? = nil, key: String? = nil,
                        reason: String, author: String) async throws -> RedactionReport {
+        var report = try await redactStreams(pool: pool, identity: identity, dataset: dataset, key: key, reason: reason, author: author, mergedFrom: nil)
+        for (survivor, copy) in try mergeCopies(pool: pool, of: identity, dataset: dataset) {
+            let done: RedactionReport
+            do {
+                done = try await redactStreams(pool: pool, identity: survivor, dataset: copy, key: key, reason: reason, author: author,
+                                               mergedFrom: identity.rawValue)
+            } catch let error as LedgerError where error.code == .notFound {
+                continue  // a copy not made (yet): nothing of it to erase
+            }
+            report.erasedValues += done.erasedValues
+            report.entriesRewritten += done.entriesRewritten
+            report.streams += done.streams
+            report.copies.append(RecordedRedaction(sequence: done.sequence, redaction: done.redaction))
+        }
+        return report
+    }
+
+    /// The copies identity merges made of `identity`'s datasets (of `dataset` only, when given):
+    /// for each, the survivor and the copy's name — following the survivor's own later merges,
+    /// which copied the copy again.
+    func mergeCopies(pool: IdentityPoolID, of identity: IdentityID, dataset: DatasetName?) throws -> [(IdentityID, DatasetName)] {
+        var found: [(IdentityID, DatasetName)] = []
+        var pending: [(identity: String, dataset: String?)] = [(identity.rawValue, dataset?.rawValue)]
+        var seen: Set<String> = []
+        while let next = pending.popLast() {
+            let (source, name) = next
+            guard seen.insert("\(source)/\(name ?? "")").inserted, found.count < 10_000,
+                  let survivor = try self.identity(pool: pool, id: source)?.mergedInto else { continue }
+            for merge in try merges(pool: pool, identity: survivor)
+            where merge.sourceIdentity == source && (name == nil || merge.sourceDataset == name) {
+                guard let id = try? IdentityID(survivor), let child = try? DatasetName(merge.child) else { continue }
+                found.append((id, child))
+                pending.append((survivor, merge.child))
+            }
+        }
+        return found
+    }
+
+    /// ``redact(pool:identity:dataset:key:reason:author:)`` of one identity's streams, without
+    /// following merges: one write transaction.
+    func redactStreams(pool: IdentityPoolID, identity: IdentityID, dataset: DatasetName?, key: String?,
+                       reason: String, author: String, mergedFrom: String?) async throws -> RedactionReport {
         try Self.requireUserIdentity(identity)
         let reason = reason.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !reason.isEmpty else { throw LedgerError(.invalidParameter, "a redaction needs a reason") }
@@ -121,7 +185,7 @@ extension Ledger {
                 removals.append(try self.appendUser(txn, to: stream, origin: origin, change: change, admission: .merge).entry.sequence)
             }
             let redaction = Redaction(identity: identity.rawValue, dataset: dataset?.rawValue, key: key, reason: reason, by: origin.author, at: now,
-                                      removals: removals)
+                                      removals: removals, mergedFrom: mergedFrom)
             // 2-3. The history, counted here; storing the record below erases (again: nothing left).
             let next = try self.nextSequence(txn)
             let (erased, rewritten) = try self.eraseHistory(txn, pool, redaction: redaction, before: next)

@@ -123,7 +123,15 @@ extension Ledger {
         }
         let change = try validateChange(try events(for: patches, stream: stream), for: stream, describe: { "patch \($0)" })
         if let trigger {
-            return try await updateRecordsThroughTrigger(stream, patches: patches, origin: origin, trigger: trigger, idempotency: idempotency)
+            guard let idempotency else {
+                return try await updateRecordsThroughTrigger(stream, patches: patches, origin: origin, trigger: trigger, idempotency: nil)
+            }
+            // The hook runs outside the write transaction: a retry racing its original waits for
+            // it and gets its stored answer, rather than calling the hook again.
+            return try await idempotencyFlights.exclusive(idempotency.key) {
+                if let stored = try read({ txn in try storedUpdate(txn, idempotency) }) { return stored }
+                return try await updateRecordsThroughTrigger(stream, patches: patches, origin: origin, trigger: trigger, idempotency: idempotency)
+            }
         }
         return try await write { [self] txn in
             if let idempotency, let stored = try self.storedUpdate(txn, idempotency) { return stored }

@@ -142,6 +142,7 @@ extension Ledger {
         let name = trigger.name
         let touched = expected
         return try await write { [self] txn in
+            if let idempotency, let stored = try self.storedUpdate(txn, idempotency) { return stored }
             let (entry, view) = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in
                 var conflicts: [LedgerError.Conflict] = []
                 for patch in patches {
@@ -165,10 +166,7 @@ extension Ledger {
                 return current[key].map { Record(key: key, state: $0) }
             }
             let answer = UpdateResult(records: result, syncCount: entry.offset)
-            if let idempotency {
-                if let stored = try self.storedUpdate(txn, idempotency) { return stored }
-                try self.storeUpdate(txn, idempotency, answer, at: entry.time)
-            }
+            if let idempotency { try self.storeUpdate(txn, idempotency, answer, at: entry.time) }
             return answer
         }
     }

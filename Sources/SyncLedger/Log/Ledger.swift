@@ -56,6 +56,8 @@ public final class Ledger: Sendable {
     let cognitoEventsCache = SystemRecordCache<[String: String]>()
     /// ID tokens that verified, so a sign-in's second call does not verify the same token again.
     let verifiedTokens = VerifiedTokenCache()
+    /// UpdateRecords calls with an idempotency key in progress (a racing retry waits for them).
+    let idempotencyFlights = IdempotencyFlights()
 
     /// The data directory.
     public var directory: String { environment.path }

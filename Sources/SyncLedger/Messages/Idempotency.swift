@@ -49,6 +49,9 @@ private struct StoredUpdate: Codable {
 public struct IdempotencyPurge: Sendable, Hashable {
     /// Keys of device messages.
     public var messageKeys = 0
+    /// Keys of device messages sent without `SentAt`, whose places for consumers went but whose
+    /// keys stay: only the key tells a resend of such a message from a new one.
+    public var messageKeysKept = 0
     /// Keys of UpdateRecords calls.
     public var updateKeys = 0
 }
@@ -97,7 +100,9 @@ extension Ledger {
     /// `retention` (at least ``minimumIdempotencyRetention``), a batch per transaction (1,000:
     /// a purge never holds the writer long, and frees pages a few at a time for reuse). A
     /// message's entry stays in the log; only its key and its place for consumers go (it has
-    /// expired by then).
+    /// expired by then). The key of a message sent without `SentAt` stays (counted in
+    /// ``IdempotencyPurge/messageKeysKept``): its time to live counts from its arrival, so
+    /// without the key a late resend would be taken as a new message.
     /// - Throws: `.invalidParameter` for a retention under four weeks.
     @discardableResult
     public func purgeIdempotencyKeys(retention: Duration = Ledger.minimumIdempotencyRetention, batch: Int = 1000) async throws -> IdempotencyPurge {
@@ -109,19 +114,25 @@ extension Ledger {
         while true {
             let round = try await write { [self] txn in
                 var purge = IdempotencyPurge()
+                var purged = 0  // rows of the consumer index
                 try txn.withCursor(self.schema.messageIndex) { c in
                     var pair = try c.first()
-                    while let current = pair, purge.messageKeys < batch {
+                    while let current = pair, purged < batch {
                         let row = try MessageIndexRow(decoding: current.value)
                         guard row.received < cutoff else { break }
                         // The key goes with the row of the entry it names (a message taken again
-                        // after an earlier purge moved it to the newer entry).
-                        if let ack = try txn.get(self.schema.messageIDs, key: row.key), ack.count >= 8,
-                           Array(ack.prefix(8)).bigEndianUInt64() == current.key.bigEndianUInt64() {
+                        // after an earlier purge moved it to the newer entry) — unless the message
+                        // had no SentAt: its time to live counts from its arrival, so a resend
+                        // without its key would be taken as a new message, however late.
+                        if try self.messageHadNoSentAt(txn, sequence: Array(current.key)) {
+                            purge.messageKeysKept += 1
+                        } else if let ack = try txn.get(self.schema.messageIDs, key: row.key), ack.count >= 8,
+                                  Array(ack.prefix(8)).bigEndianUInt64() == current.key.bigEndianUInt64() {
                             _ = try txn.delete(self.schema.messageIDs, key: row.key)
+                            purge.messageKeys += 1
                         }
                         try c.deleteCurrent()
-                        purge.messageKeys += 1
+                        purged += 1
                         pair = try c.seek(atLeast: current.key)
                     }
                 }
@@ -135,12 +146,23 @@ extension Ledger {
                         pair = try c.seek(atLeast: current.key)
                     }
                 }
-                return purge
+                return (purge, purged)
             }
-            total.messageKeys += round.messageKeys
-            total.updateKeys += round.updateKeys
-            if round.messageKeys < batch && round.updateKeys < batch { return total }
+            total.messageKeys += round.0.messageKeys
+            total.messageKeysKept += round.0.messageKeysKept
+            total.updateKeys += round.0.updateKeys
+            if round.1 < batch && round.0.updateKeys < batch { return total }
         }
+    }
+
+    /// Whether the message entry at `sequence` carries a message without `SentAt` (false for
+    /// anything else: such a key may go).
+    func messageHadNoSentAt(_ txn: Transaction, sequence: [UInt8]) throws -> Bool {
+        guard let bytes = try txn.get(schema.log, key: sequence) else { return false }
+        let (entry, _) = try decodeEntry(Array(bytes), sequence: sequence.bigEndianUInt64(), stream: nil, txn: txn)
+        guard entry.events.count == 1, case .put("message", let value, _) = entry.events[0],
+              let message = try? JSONDecoder().decode(DeviceMessage.self, from: Data(value.utf8)) else { return false }
+        return message.sentAt == nil
     }
 
     /// Entries, pages and bytes of the idempotency databases (for `syncledger messages stats`

@@ -23,6 +23,17 @@ public enum RegistryCaller: Sendable, Hashable {
         case .identity(let id): device.isReachable(by: id.rawValue)
         }
     }
+
+    /// Whether it reaches `device` only as its creator while another identity is logged in on
+    /// it: it may then see the device only redacted (no identity, settings or token state) —
+    /// for a guest identity, its id is all it takes to get its credentials — and set no token
+    /// (the token decides where that identity's notifications, which carry its id, go).
+    public func isCreatorOnly(of device: Device) -> Bool {
+        switch self {
+        case .admin: false
+        case .identity(let id): device.identity != nil && device.identity != id.rawValue
+        }
+    }
 }
 
 extension Ledger {
@@ -80,13 +91,20 @@ extension Ledger {
 
     /// Gives a device its push token (nil: takes it away). The code, the link and the
     /// subscriptions stay; the old token stops receiving at once (delivery reads the token
-    /// at sending time); a device that had this token loses it.
-    /// - Throws: `.notFound` for a code the caller may not use; `.invalidParameter` for a bad token.
+    /// at sending time); a device that had this token loses it. While another identity is
+    /// logged in on the device, its creator may only take the token away
+    /// (``RegistryCaller/isCreatorOnly(of:)``).
+    /// - Throws: `.notFound` for a code the caller may not use; `.invalidParameter` for a bad
+    ///   token; `.notAuthorized` for a token set by the creator of a device another identity
+    ///   is logged in on.
     public func syncToken(pool: IdentityPoolID, caller: RegistryCaller, code: String, token rawToken: String?) async throws {
         try Self.validateDeviceCode(code)
         let now = options.clock()
         try await changeRegistry(pool, author: caller.author) { change in
             guard var device = try change.device(code), caller.mayReach(device) else { throw Self.unknownDevice(code, pool: pool) }
+            if rawToken != nil, caller.isCreatorOnly(of: device) {
+                throw LedgerError(.notAuthorized, "another identity is logged in on device \(code): its creator may take its token away (Token null) or log it out, and only the identity logged in on it sets a token")
+            }
             guard let platform = device.platform else {
                 throw LedgerError(.invalidParameter, "device \(code) has no platform; send it with POST /devices/sync first")
             }

@@ -51,8 +51,9 @@ extension CognitoAPI {
             let json = try body(request)
             let pool = try poolFor(credential, json["IdentityPoolId"])
             let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
-            let device = try await ledger.logout(pool: pool, caller: registryCaller(credential), code: code)
-            return (.json(deviceBody(device)), "LogoutDevice", who)
+            let caller = try registryCaller(credential)
+            let device = try await ledger.logout(pool: pool, caller: caller, code: code)
+            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), "LogoutDevice", who)
         case ("POST", "notify"?, 2):
             try requireLeader("NotifyDevices")
             guard case .admin = credential.scope else {
@@ -92,12 +93,13 @@ extension CognitoAPI {
             guard let device = try await offPool({ try ledger.device(pool: pool, id: code) }), caller.mayReach(device) else {
                 throw WireError.notFound("no device with code \"\(code)\" in identity pool \(pool) that these credentials may use")
             }
-            return (.json(deviceBody(device)), "DescribeDevice", who)
+            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), "DescribeDevice", who)
         case ("DELETE", let code?, 2):
             try requireLeader("DeleteDevice")
             let pool = try poolFor(credential, queryValue(query, "IdentityPoolId").map { .string($0) })
-            let device = try await ledger.removeDevice(pool: pool, caller: registryCaller(credential), code: code)
-            return (.json(deviceBody(device)), "DeleteDevice", who)
+            let caller = try registryCaller(credential)
+            let device = try await ledger.removeDevice(pool: pool, caller: caller, code: code)
+            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), "DeleteDevice", who)
         default:
             throw WireError.unknownOperation("no device operation is \(request.method) \(request.rawPath.prefix(200))")
         }
@@ -188,10 +190,30 @@ extension CognitoAPI {
         return w
     }
 
-    private func deviceBody(_ device: Device) -> JSONWriter {
+    private func deviceBody(_ device: Device, redacted: Bool = false) -> JSONWriter {
         var w = JSONWriter()
-        w.beginObject(); w.key("Device"); writeDevice(&w, device); w.endObject()
+        w.beginObject(); w.key("Device")
+        if redacted { writeRedactedDevice(&w, device) } else { writeDevice(&w, device) }
+        w.endObject()
         return w
+    }
+
+    /// A device as its creator sees it while another identity is logged in on it
+    /// (``RegistryCaller/isCreatorOnly(of:)``): what the app reported about the hardware,
+    /// that somebody is logged in, and `Redacted`; not who (for a guest identity its id is
+    /// enough to get its credentials), nor the settings, the token state or when it changed.
+    func writeRedactedDevice(_ w: inout JSONWriter, _ d: Device) {
+        w.beginObject()
+        w.member("DeviceCode", d.id)
+        w.member("Platform", d.platform?.rawValue)
+        w.member("OsVersion", d.osVersion)
+        w.member("AppVersion", d.appVersion)
+        w.member("Model", d.model)
+        w.member("Locale", d.locale)
+        w.member("LoggedIn", bool: true)
+        w.member("Redacted", bool: true)
+        w.member("CreationDate", date: d.created?.milliseconds)
+        w.endObject()
     }
 
     /// A device as the API shows it: never its token (a token lets anyone who has the

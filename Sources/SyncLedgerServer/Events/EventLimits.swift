@@ -7,6 +7,15 @@ public struct EventStreamOptions: Sendable {
     public var keepAlive: Duration = .seconds(15)
     /// The most streams open at once that watch one identity (`--events-per-identity`).
     public var perIdentity = 8
+    /// The most streams open at once from one client address (`--events-per-source`); 0: no
+    /// such bound (behind a proxy every client has the proxy's address). Identities are free to
+    /// make, so the per-identity bound alone does not stop one client from opening many.
+    public var perSource = 32
+    /// The furthest back a stream may resume (`Last-Event-ID`), in change-feed entries behind
+    /// the end of the log (`--events-max-resume`): catching up reads every entry since, whoever
+    /// it is for. A resume from further back is refused (400) with a message that says to
+    /// re-sync (ListRecords) and open the stream without an event id.
+    public var maxResume: UInt64 = 100_000
     /// The most streams open at once (`--max-event-streams`); nil: half of
     /// ``ServerConfiguration/maxConnections``, so that ordinary requests always find room.
     public var maxStreams: Int?
@@ -27,6 +36,8 @@ public struct EventStreamOptions: Sendable {
             throw StartupError("--events-keepalive must be 0.1 to 3600 seconds")
         }
         guard perIdentity >= 1 else { throw StartupError("--events-per-identity must be at least 1, not \(perIdentity)") }
+        guard perSource >= 0 else { throw StartupError("--events-per-source must be 0 (no bound) or more, not \(perSource)") }
+        guard maxResume >= 1 else { throw StartupError("--events-max-resume must be at least 1, not \(maxResume)") }
         if let maxStreams {
             guard maxStreams >= 0, maxStreams < maxConnections else {
                 throw StartupError("--max-event-streams must be 0 to \(maxConnections - 1) (below --max-connections \(maxConnections), so that other requests find room), not \(maxStreams)")
@@ -37,20 +48,24 @@ public struct EventStreamOptions: Sendable {
 }
 
 /// Counts open event streams against their bounds: at most ``perIdentity`` watching one
-/// identity (an identity's own streams, and admin streams filtered to it), at most ``total``
-/// in all (admin streams over several identities count only here).
+/// identity (an identity's own streams, and admin streams filtered to it), at most
+/// ``perSource`` from one client address (0: unbounded), at most ``total`` in all (admin
+/// streams over several identities count only there and per source).
 final class EventAdmission: Sendable {
     let perIdentity: Int
+    let perSource: Int
     let total: Int
     private struct State {
         var open = 0
         var byIdentity: [IdentityKey: Int] = [:]
+        var bySource: [String: Int] = [:]
     }
     private let state = Mutex(State())
     private let metrics: EventMetrics
 
-    init(perIdentity: Int, total: Int, metrics: EventMetrics) {
+    init(perIdentity: Int, perSource: Int = 0, total: Int, metrics: EventMetrics) {
         self.perIdentity = perIdentity
+        self.perSource = perSource
         self.total = total
         self.metrics = metrics
     }
@@ -58,33 +73,44 @@ final class EventAdmission: Sendable {
     /// Streams open now.
     var open: Int { state.withLock { $0.open } }
 
-    /// Takes a place for a stream watching `identity` (nil: several identities).
-    /// - Throws: ``WireError`` TooManyRequestsException (429) at either bound.
-    func admit(_ identity: IdentityKey?) throws -> EventTicket {
+    /// Takes a place for a stream watching `identity` (nil: several identities), opened from
+    /// client address `source` (nil: unknown, not bounded per source).
+    /// - Throws: ``WireError`` TooManyRequestsException (429) at any bound.
+    func admit(_ identity: IdentityKey?, source: String? = nil) throws -> EventTicket {
+        let source = perSource > 0 ? source : nil
         let refusal = state.withLock { s -> EventMetrics.Refusal? in
             guard s.open < total else { return .total }
+            if let source, s.bySource[source, default: 0] >= perSource { return .perSource }
             if let identity {
                 guard s.byIdentity[identity, default: 0] < perIdentity else { return .perIdentity }
                 s.byIdentity[identity, default: 0] += 1
             }
+            if let source { s.bySource[source, default: 0] += 1 }
             s.open += 1
             return nil
         }
         switch refusal {
         case nil:
-            return EventTicket(admission: self, identity: identity)
+            return EventTicket(admission: self, identity: identity, source: source)
+        case .perSource?:
+            metrics.refused(.perSource)
+            throw WireError(type: "TooManyRequestsException", status: 429, message: "client address \(source ?? "") already has \(perSource) event streams open, the most allowed (--events-per-source); close one or retry later")
         case .perIdentity?:
             metrics.refused(.perIdentity)
             throw WireError(type: "TooManyRequestsException", status: 429, message: "identity \(identity.map { "\($0.identity)" } ?? "") already has \(perIdentity) event streams open, the most allowed (--events-per-identity); close one or retry later")
-        case .total?:
+        case .total?, .resumeTooOld?:  // (a resume is judged before admission)
             metrics.refused(.total)
             throw WireError(type: "TooManyRequestsException", status: 429, message: "the server has \(total) event streams open, the most allowed (--max-event-streams); retry later")
         }
     }
 
-    fileprivate func release(_ identity: IdentityKey?) {
+    fileprivate func release(_ identity: IdentityKey?, source: String?) {
         state.withLock { s in
             s.open -= 1
+            if let source {
+                s.bySource[source, default: 1] -= 1
+                if s.bySource[source] == 0 { s.bySource[source] = nil }
+            }
             if let identity {
                 s.byIdentity[identity, default: 1] -= 1
                 if s.byIdentity[identity] == 0 { s.byIdentity[identity] = nil }
@@ -98,20 +124,25 @@ final class EventAdmission: Sendable {
 final class EventTicket: Sendable {
     private let admission: EventAdmission
     private let identity: IdentityKey?
+    private let source: String?
 
-    fileprivate init(admission: EventAdmission, identity: IdentityKey?) {
+    fileprivate init(admission: EventAdmission, identity: IdentityKey?, source: String?) {
         self.admission = admission
         self.identity = identity
+        self.source = source
     }
 
-    deinit { admission.release(identity) }
+    deinit { admission.release(identity, source: source) }
 }
 
 /// Counters and gauges of the event streams, rendered into `/metrics`.
 final class EventMetrics: Sendable {
     enum Refusal: String, CaseIterable, Sendable {
         case perIdentity = "per_identity"
+        case perSource = "per_source"
         case total
+        /// A resume (`Last-Event-ID`) further back than `--events-max-resume` (a 400, not a 429).
+        case resumeTooOld = "resume_too_old"
     }
 
     private let sent = Atomic<UInt64>(0)
@@ -141,7 +172,7 @@ final class EventMetrics: Sendable {
         for reason in EventSubscriber.Ending.allCases {
             out += "syncledger_event_streams_closed_total{reason=\"\(reason.rawValue)\"} \(closed[reason] ?? 0)\n"
         }
-        out += "# HELP syncledger_event_streams_refused_total Event streams refused (429) at a bound.\n# TYPE syncledger_event_streams_refused_total counter\n"
+        out += "# HELP syncledger_event_streams_refused_total Event streams refused at a bound (429; resume_too_old: 400).\n# TYPE syncledger_event_streams_refused_total counter\n"
         for reason in Refusal.allCases {
             out += "syncledger_event_streams_refused_total{reason=\"\(reason.rawValue)\"} \(refusals[reason] ?? 0)\n"
         }

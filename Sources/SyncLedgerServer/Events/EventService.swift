@@ -30,7 +30,7 @@ final class EventService: Sendable {
         self.options = options
         self.logger = logger
         hub = EventHub(ledger: ledger, keepAlive: options.keepAlive, metrics: metrics, logger: logger)
-        admission = EventAdmission(perIdentity: options.perIdentity, total: options.total(maxConnections: maxConnections), metrics: metrics)
+        admission = EventAdmission(perIdentity: options.perIdentity, perSource: options.perSource, total: options.total(maxConnections: maxConnections), metrics: metrics)
     }
 
     /// The path of the event stream.
@@ -47,9 +47,11 @@ final class EventService: Sendable {
     /// Authenticates, authorizes and admits a request for a stream; the session it returns
     /// holds its place under the bounds until it is dropped.
     ///
+    /// - Parameter source: the client's address, for the per-source bound (nil: not bounded).
     /// - Throws: ``WireError`` — 403 (not signed, bad signature, another identity), 400 (bad
-    ///   parameters, a malformed or future `Last-Event-ID`), 429 (a bound reached).
-    func open(_ request: WireRequest) async throws -> (EventSession, Credential) {
+    ///   parameters, a malformed or future `Last-Event-ID`, or one further back than
+    ///   ``EventStreamOptions/maxResume``), 429 (a bound reached).
+    func open(_ request: WireRequest, source: String? = nil) async throws -> (EventSession, Credential) {
         guard request.header("host") != nil else {
             throw WireError.invalidParameter("the request has no Host header; HTTP/1.1 requires one and the signature covers it")
         }
@@ -62,9 +64,10 @@ final class EventService: Sendable {
         if let resume = parsed.resumeAfter, resume > last {
             throw WireError.invalidParameter("event id \(resume) is past the end of the log (\(last)): it was not sent by this server's ledger")
         }
-        let ticket = try admission.admit(parsed.scope.identityKey)
-        let subscriber = EventSubscriber(id: hub.nextID(), scope: parsed.scope, capacity: options.queueCapacity)
+        if let resume = parsed.resumeAfter { try checkResume(from: resume, last: last) }
         guard let shards else {
+            let ticket = try admission.admit(parsed.scope.identityKey, source: source)
+            let subscriber = EventSubscriber(id: hub.nextID(), scope: parsed.scope, capacity: options.queueCapacity)
             return (EventSession(service: self, subscriber: subscriber, ticket: ticket, credential: credential, start: parsed.resumeAfter ?? last), credential)
         }
         let positions: ShardPositions
@@ -73,10 +76,21 @@ final class EventService: Sendable {
             try await waitForReplica(resume)
             positions = resume
             start = try resume.feedStart(on: ledger)
+            try checkResume(from: start, last: try ledger.lastSequence)
         } else {
             positions = try ShardPositions.start(scope: parsed.scope, map: shards, ledger: ledger, at: last)
         }
+        let ticket = try admission.admit(parsed.scope.identityKey, source: source)
+        let subscriber = EventSubscriber(id: hub.nextID(), scope: parsed.scope, capacity: options.queueCapacity)
         return (EventSession(service: self, subscriber: subscriber, ticket: ticket, credential: credential, start: start, positions: positions), credential)
+    }
+
+    /// Refuses a resume that would read more than ``EventStreamOptions/maxResume`` entries of
+    /// the feed to catch up (every entry since, whoever it is for): the client re-syncs instead.
+    private func checkResume(from start: UInt64, last: UInt64) throws {
+        guard last > start, last - start > options.maxResume else { return }
+        metrics.refused(.resumeTooOld)
+        throw WireError.invalidParameter("the event id is \(last - start) entries behind the end of the log, more than a stream replays (--events-max-resume \(options.maxResume)): re-sync the datasets (ListRecords with each one's last sync count) and open the stream without an event id")
     }
 
     /// A cluster stream resuming from positions this node's replica has not applied yet (the

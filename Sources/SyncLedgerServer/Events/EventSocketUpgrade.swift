@@ -31,7 +31,7 @@ extension EventSocket {
                 let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
                 promise.completeWithTask {
                     do {
-                        attempt.settle(.accepted(try await events.open(request).0))
+                        attempt.settle(.accepted(try await events.open(request, source: channel.remoteAddress?.ipAddress).0))
                         return HTTPHeaders()
                     } catch {
                         attempt.settle(.refused(WireError(any: error)))

@@ -34,7 +34,7 @@ enum EventStream {
             var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
             if let authority = request.head.authority { headers.append(("host", authority)) }
             let wire = WireRequest(method: "GET", rawPath: request.uri.path, rawQuery: request.uri.query, headers: headers, body: [])
-            let (session, credential) = try await service.open(wire)
+            let (session, credential) = try await service.open(wire, source: channel.remoteAddress?.ipAddress)
             if request.headers[.upgrade]?.lowercased() == "websocket" {
                 // The upgrade is made only as a connection's first request (NIO's upgrader).
                 throw WireError.invalidParameter("a WebSocket upgrade must be the first request on its connection: open a new connection")

@@ -19,8 +19,8 @@ import SyncLedger
 ///
 /// A device of platform `WEBHOOK` has its own address as its token: the POST goes there, but
 /// only when the address lies under the transport's configured URL (same scheme, host and
-/// port, and the configured path as a prefix), so a device cannot point the server anywhere
-/// else. Other platforms' notifications go to the configured URL.
+/// port, the configured path's segments as its first, no dot segment, query or fragment:
+/// ``isUnder(_:base:)``), so a device cannot point the server anywhere else. Other platforms' notifications go to the configured URL.
 final class WebhookSender: PushSender {
     let url: String
     let secret: SymmetricKey
@@ -67,13 +67,55 @@ final class WebhookSender: PushSender {
         return Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data())
     }
 
-    /// Whether a device's own address lies under the configured URL.
+    /// Whether a device's own address lies under the configured URL: same scheme, host and
+    /// port, no query and no fragment, and the configured path's segments as the first
+    /// segments of its path. A path with a segment that is a dot segment (`.` or `..`, also
+    /// percent-encoded in any case, or before a `;` parameter) or that decodes to something
+    /// holding `/` or `\`, or a malformed percent-escape, is never under it: a client, proxy or
+    /// server resolving or decoding it on the way could take the request out of the configured
+    /// path.
     static func isUnder(_ address: String, base: String) -> Bool {
-        guard problem(with: address) == nil, let a = URLComponents(string: address), let b = URLComponents(string: base) else { return false }
+        guard problem(with: address) == nil, isWellEncoded(Substring(address).utf8),
+              let a = URLComponents(string: address), let b = URLComponents(string: base) else { return false }
         guard a.scheme?.lowercased() == b.scheme?.lowercased(), a.host?.lowercased() == b.host?.lowercased(), a.port == b.port,
-              a.percentEncodedPath.hasPrefix(b.percentEncodedPath) else { return false }
-        let rest = a.percentEncodedPath.dropFirst(b.percentEncodedPath.count)
-        return b.percentEncodedPath.hasSuffix("/") || rest.isEmpty || rest.hasPrefix("/")
+              a.percentEncodedQuery == nil, a.percentEncodedFragment == nil,
+              let path = safeSegments(a.percentEncodedPath), let prefix = safeSegments(b.percentEncodedPath) else { return false }
+        // A trailing `/` of the base ends its last segment; it is no segment of its own.
+        let required = prefix.last == "" ? Array(prefix.dropLast()) : prefix
+        return path.count >= required.count && Array(path.prefix(required.count)) == required
+    }
+
+    /// The decoded segments of a percent-encoded absolute path (an empty last one for a path
+    /// ending in `/`), or nil when it is not absolute, does not decode, or has a segment that
+    /// could move it elsewhere (a dot segment, or one decoding to a `/` or `\`).
+    static func safeSegments(_ path: String) -> [String]? {
+        if path.isEmpty { return [] }
+        guard path.hasPrefix("/") else { return nil }
+        var segments: [String] = []
+        for raw in path.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
+            guard isWellEncoded(raw.utf8), let segment = String(raw).removingPercentEncoding else { return nil }
+            let name = segment.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+            if name == "." || name == ".." || segment.contains("/") || segment.contains("\\") { return nil }
+            segments.append(segment)
+        }
+        return segments
+    }
+
+    /// Whether every `%` in `text` starts an escape of two hex digits (a malformed one is read
+    /// differently by different servers).
+    static func isWellEncoded(_ text: Substring.UTF8View) -> Bool {
+        let bytes = Array(text)
+        func isHex(_ b: UInt8) -> Bool { (0x30...0x39).contains(b) || (0x41...0x46).contains(b) || (0x61...0x66).contains(b) }
+        var i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "%") {
+                guard i + 2 < bytes.count, isHex(bytes[i + 1]), isHex(bytes[i + 2]) else { return false }
+                i += 3
+            } else {
+                i += 1
+            }
+        }
+        return true
     }
 
     func send(_ delivery: PushDelivery) async -> PushOutcome {
