@@ -36,12 +36,15 @@ def retry_unwritten(call, *args, timeout=30, **kwargs):
 @contextlib.contextmanager
 def running_bed(tmp_path_factory, name, **options):
     """A test module's cluster (`options` go to ``ClusterBed``): a 3-node nats-server cluster
-    and three nodes, once every shard is owned; everything stopped afterwards."""
+    and three nodes, once the shards are balanced among them (every shard owned, no node above
+    its share: a fresh cluster's first node takes most shards and hands the surplus back, and a
+    shard being handed over is briefly owned by nobody — a write then answers 503); everything
+    stopped afterwards."""
     root = str(tmp_path_factory.mktemp(name))
     with NatsCluster(os.path.join(root, "nats")) as nats:
         bed = ClusterBed(root, nats, **options)
         try:
-            bed.wait_owned()
+            bed.wait_balanced(timeout=120)
             yield bed
         finally:
             bed.stop()

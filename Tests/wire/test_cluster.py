@@ -6,7 +6,7 @@
 import pytest
 
 from conftest import ADMIN_KEY, new_id
-from cluster_env import running_bed
+from cluster_env import retry_unwritten, running_bed
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +19,8 @@ def put(client, pool, identity, dataset, values):
     page = client.list_records(IdentityPoolId=pool, IdentityId=identity, DatasetName=dataset)
     counts = {r["Key"]: r["SyncCount"] for r in page["Records"]}
     patches = [{"Op": "replace", "Key": k, "Value": v, "SyncCount": counts.get(k, 0)} for k, v in sorted(values.items())]
-    return client.update_records(IdentityPoolId=pool, IdentityId=identity, DatasetName=dataset,
-                                 SyncSessionToken=page["SyncSessionToken"], RecordPatches=patches)
+    return retry_unwritten(client.update_records, IdentityPoolId=pool, IdentityId=identity, DatasetName=dataset,
+                           SyncSessionToken=page["SyncSessionToken"], RecordPatches=patches)
 
 
 def test_writes_through_any_node_reach_every_replica(bed):
