@@ -4,15 +4,17 @@ botocore serializes them."""
 
 import base64
 import dataclasses
+import datetime
 import hashlib
 import json
+import re
 import select
 import socket
 import time
 
 import botocore.serialize
 import botocore.session
-from botocore.auth import SigV4Auth, SigV4QueryAuth
+from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth, SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.utils import percent_encode_sequence
@@ -93,6 +95,11 @@ class Request:
     http10: bool = False
     sign: bool = True
     presign: bool = False   # SigV4 in the query string (botocore SigV4QueryAuth), bodiless requests only
+    service: str = SERVICE  # the service signed for (Cognito Identity's operations: cognito-identity)
+    skew: int = 0           # sign as if the clock were this many seconds off (expired or future signatures)
+    expires: int = 900      # a presigned URL's X-Amz-Expires
+    garble: bool = False    # change one character of the signature after signing
+    stream: bool = False    # an event stream (SSE or WebSocket): its answer is the head alone
 
     @property
     def path(self):
@@ -122,9 +129,13 @@ class Request:
             lines.append("  headers: " + ", ".join(f"{k}: {v[:120]!r}" for k, v in extra))
         if self.drop_headers:
             lines.append("  without headers: " + ", ".join(self.drop_headers))
-        if self.chunked or self.http10 or self.presign:
+        if self.service != SERVICE or self.skew or self.garble:
+            lines.append(f"  signed for {self.service}" + (f", clock {self.skew:+d} s" if self.skew else "")
+                         + (", signature garbled" if self.garble else ""))
+        if self.chunked or self.http10 or self.presign or self.stream:
             lines.append("  transport: " + ", ".join(x for x, on in (("chunked body", self.chunked), ("HTTP/1.0", self.http10),
-                                                                     ("presigned URL", self.presign)) if on))
+                                                                     (f"presigned URL (expires {self.expires})", self.presign),
+                                                                     ("event stream: head only", self.stream)) if on))
         lines.append(f"  body: {shown!r}{more}")
         return "\n".join(lines)
 
@@ -132,7 +143,9 @@ class Request:
         return {"op": self.op, "method": self.method, "segments": self.segments, "query": self.query,
                 "headers": self.headers, "unsigned_headers": self.unsigned_headers, "drop_headers": self.drop_headers,
                 "body": base64.b64encode(self.body).decode(), "cred": self.cred, "notes": self.notes,
-                "chunked": self.chunked, "http10": self.http10, "sign": self.sign, "presign": self.presign}
+                "chunked": self.chunked, "http10": self.http10, "sign": self.sign, "presign": self.presign,
+                "service": self.service, "skew": self.skew, "expires": self.expires, "garble": self.garble,
+                "stream": self.stream}
 
 
 class NoResponse(Exception):
@@ -167,6 +180,40 @@ def _encode(text):
     return text.encode("utf-8", "surrogateescape")
 
 
+class _Clocked:
+    """botocore's signer with its clock `skew` seconds off (thread-safe, unlike patching
+    botocore.auth's clock)."""
+
+    skew = 0
+
+    def add_auth(self, request):
+        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) + datetime.timedelta(seconds=self.skew)
+        request.context["timestamp"] = now.strftime(SIGV4_TIMESTAMP)
+        self._modify_request_before_signing(request)
+        canonical_request = self.canonical_request(request)
+        signature = self.signature(self.string_to_sign(request, canonical_request), request)
+        self._inject_signature_to_request(request, signature)
+
+
+class _ClockedAuth(_Clocked, SigV4Auth):
+    pass
+
+
+class _ClockedQueryAuth(_Clocked, SigV4QueryAuth):
+    pass
+
+
+def _garble(text):
+    """`text` with the last character of its signature changed."""
+    match = None
+    for match in re.finditer(r"(Signature=|X-Amz-Signature=)([0-9a-f]+)", text):
+        pass
+    if match is None:
+        return text
+    i = match.end(2) - 1
+    return text[:i] + ("0" if text[i] != "0" else "1") + text[i + 1:]
+
+
 def signed_headers(request, credential, host):
     """(headers, target) to send: the request's own headers, then SigV4's (botocore's
     SigV4Auth; SigV4QueryAuth puts the signature in the target's query instead)."""
@@ -176,8 +223,13 @@ def signed_headers(request, credential, host):
     key, secret, token = credential
     url = f"http://{host}{request.target}"
     presign = request.presign and not request.body
-    auth = (SigV4QueryAuth(Credentials(key, secret, token), SERVICE, REGION, expires=900) if presign
-            else SigV4Auth(Credentials(key, secret, token), SERVICE, REGION))
+    if request.skew:
+        auth = (_ClockedQueryAuth(Credentials(key, secret, token), request.service, REGION, expires=request.expires) if presign
+                else _ClockedAuth(Credentials(key, secret, token), request.service, REGION))
+        auth.skew = request.skew
+    else:
+        auth = (SigV4QueryAuth(Credentials(key, secret, token), request.service, REGION, expires=request.expires) if presign
+                else SigV4Auth(Credentials(key, secret, token), request.service, REGION))
     aws = AWSRequest(method=request.method, url=url, data=request.body, headers=dict(headers))
     try:
         auth.add_auth(aws)
@@ -189,6 +241,11 @@ def signed_headers(request, credential, host):
     if presign:
         target = aws.url.split(host, 1)[1]
     out = [(k, v) for k, v in aws.headers.items()]
+    if request.garble:
+        if presign:
+            target = _garble(target)
+        else:
+            out = [(k, _garble(v) if k.lower() == "authorization" else v) for k, v in out]
     return out + list(request.unsigned_headers), target
 
 
@@ -208,7 +265,8 @@ def send(host, port, request, credential, timeout=REQUEST_TIMEOUT):
         lines.append(b"Transfer-Encoding: chunked")
     elif "content-length" not in drop:
         lines.append(b"Content-Length: " + str(len(request.body)).encode())
-    lines.append(b"Connection: close")
+    if "connection" not in names and "connection" not in {k.lower() for k, _ in request.unsigned_headers}:
+        lines.append(b"Connection: close")
     head = b"\r\n".join(lines) + b"\r\n\r\n"
     if request.chunked:
         body, data, i, step = bytearray(), request.body, 0, max(1, len(request.body) // 3 or 1)
@@ -228,7 +286,7 @@ def send(host, port, request, credential, timeout=REQUEST_TIMEOUT):
         raise NoResponse(f"connect: {error}")
     try:
         _send_all(sock, payload, deadline)
-        return _read_response(sock, request.method, deadline, start)
+        return _read_response(sock, request.method, deadline, start, stream=request.stream)
     finally:
         sock.close()
 
@@ -262,7 +320,9 @@ def _send_all(sock, payload, deadline):
         sock.setblocking(True)
 
 
-def _read_response(sock, method, deadline, start):
+def _read_response(sock, method, deadline, start, stream=False):
+    """The response on `sock`; of an event stream (`stream`) that started, the head and what
+    arrived with it (a stream never ends: the caller closes it)."""
     buffer = b""
 
     def more():
@@ -294,9 +354,13 @@ def _read_response(sock, method, deadline, start):
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             headers[name.decode("latin-1").strip().lower()] = value.decode("latin-1").strip()
+        if status == 101 and stream:
+            return Response(status, headers, buffer, time.monotonic() - start)
         if 100 <= status < 200:
             continue
         break
+    if stream and status == 200 and headers.get("content-type", "").startswith("text/event-stream"):
+        return Response(status, headers, buffer, time.monotonic() - start)
     if method == "HEAD" or status in (204, 304):
         body = b""
     elif "chunked" in headers.get("transfer-encoding", "").lower():
