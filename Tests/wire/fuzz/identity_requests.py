@@ -5,6 +5,7 @@ unsigned (as AWS's clients do), the others signed with the admin credential for 
 `cognito-identity`. The state they are built on (an identity pool, unauthenticated and
 developer identities and an OpenID token) is made by `IdentityState.setup`."""
 
+import base64
 import json
 
 import botocore.serialize
@@ -175,6 +176,42 @@ def valid_identity_request(ctx, rng, op):
     elif name == "GetIdentityPoolRoles":
         p = dict(IdentityPoolId=s.pool)
     return identity_request(name, p)
+
+
+def _b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64url(text):
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+JWT_VALUES = [2**63, 2**63 - 1, -(2**63), 2**64, 10**30, -1, 0, 1e308, "1e400", "NaN", None, True, [], {}, "", "x" * 5000,
+              "\u202e", 1.5, 9007199254740993]
+
+
+def mutant_jwt(rng, token):
+    """A JWT with its header or claims changed (alg none, exp, iat, nbf, aud, sub at limits and
+    of other types) and its signature kept, dropped or swapped; the parts base64url again."""
+    parts = token.split(".")
+    try:
+        header, claims = json.loads(_unb64url(parts[0])), json.loads(_unb64url(parts[1]))
+    except (ValueError, IndexError):
+        return token + ".x"
+    choice = rng.randrange(5)
+    if choice == 0:
+        header["alg"] = rng.choice(["none", "HS256", "RS256", "ES512", "", None, 7])
+    elif choice == 1 and isinstance(claims, dict):
+        claims[rng.choice(["exp", "iat", "nbf", "aud", "sub", "iss", "amr", "https://cognito-identity.amazonaws.com/aud"])] = \
+            rng.choice(JWT_VALUES)
+    elif choice == 2 and isinstance(claims, dict) and claims:
+        del claims[rng.choice(sorted(claims))]
+    elif choice == 3:
+        header["kid"] = rng.choice(["", "../../etc/passwd", "x" * 4096, 1, None])
+    else:
+        claims = rng.choice([[], "x", None, 1, {"exp": 2**63}])
+    signature = rng.choice([parts[2] if len(parts) > 2 else "", "", "AAAA", parts[2][::-1] if len(parts) > 2 else "x"])
+    return ".".join([_b64url(json.dumps(header).encode()), _b64url(json.dumps(claims).encode()), signature])
 
 
 def mutate_target(request, rng):

@@ -4,12 +4,12 @@ bytes (segment bodies: segment_mutations.py), and `mutate`, which applies 1-3 of
 import base64
 from urllib.parse import quote
 
-from .identity_requests import IDENTITY_SERVICE, mutate_target
+from .identity_requests import IDENTITY_SERVICE, mutant_jwt, mutate_target
 from .requests import Obj, Raw, from_json, to_json
 from .segment_mutations import mutate_segment
 from .segments import SEGMENT_TYPE
-from .values import (BAD_ESCAPES, INVALID_UTF8, LIMIT_QUERY_NUMBERS, mutant_json_value, mutant_segment, mutant_token,
-                     random_json_value, short)
+from .values import (BAD_ESCAPES, INVALID_UTF8, LIMIT_NUMBER_TOKENS, LIMIT_QUERY_NUMBERS, mutant_json_value, mutant_segment,
+                     mutant_token, random_json_value, short)
 
 # --------------------------------------------------------------------------------------------
 # Mutations
@@ -275,13 +275,44 @@ def mutate_token(request, rng):
                  and isinstance(c[i][1], str)] if root is not None else []
         if found:
             container, index, path = rng.choice(found)
-            new = mutant_token(rng, container[index][1])
+            old = container[index][1]
+            new = mutant_jwt(rng, old) if old.count(".") == 2 and rng.random() < 0.6 else mutant_token(rng, old)
             container[index] = (container[index][0], new)
             request.body = to_json(root)
             request.notes.append(f"json token {path} -> {new[:60]!r}" + (f"...({len(new)})" if len(new) > 60 else ""))
             return
     except (ValueError, RecursionError):   # a body nested deeper than Python recurses (an earlier mutation)
         pass
+    mutate_query(request, rng)
+
+
+NUMBER_TOKENS = LIMIT_NUMBER_TOKENS + ["1.7976931348623157e308", "-1.7976931348623157e308", "9.3e18", "-9.3e18", "1e19",
+                                       "-1e19", "2419200.5", "2419201", "86401", "61", "1e-7", "-0.5", "9007199254740993"]
+
+
+def mutate_number(request, rng):
+    """A number of the request at a limit: a JSON number member (or any member) as a limit token,
+    or NaN/Infinity as a string; else a query value that is a number."""
+    try:
+        root = from_json(request.body) if request.body[:1] == b"{" else None
+        spots = [(c, i, p) for c, i, p in json_locations(root) if isinstance(c, Obj)] if root is not None else []
+        numbers = [x for x in spots if isinstance(x[0][x[1]][1], (int, float)) and not isinstance(x[0][x[1]][1], bool)]
+        if spots:
+            container, index, path = rng.choice(numbers or spots)
+            value = Raw(rng.choice(NUMBER_TOKENS).encode()) if rng.random() < 0.85 else rng.choice(["NaN", "Infinity", "-0", "1e400"])
+            container[index] = (container[index][0], value)
+            request.body = to_json(root)
+            request.notes.append(f"json number {path}={short(value)}")
+            return
+    except (ValueError, RecursionError):
+        pass
+    numeric = [i for i, (_, v) in enumerate(request.query) if v and v.lstrip("-").isdigit()]
+    if numeric:
+        i = rng.choice(numeric)
+        value = rng.choice(LIMIT_QUERY_NUMBERS)
+        request.query[i] = (request.query[i][0], value)
+        request.notes.append(f"query number {request.query[i][0]}={value!r}")
+        return
     mutate_query(request, rng)
 
 
@@ -322,9 +353,13 @@ def mutate(request, rng, ctx):
         request.notes.append("unmutated")
         return request
     is_segment_post = request.op in ("PostSegment", "PostOfflineSegment")
-    kinds = ["path", "query", "headers", "bytes", "json", "auth"] + ["segment"] * (6 if is_segment_post else 0)
+    kinds = ["path", "query", "headers", "auth"] + ["segment"] * (6 if is_segment_post else 0)
+    # A bodiless request gets a body rarely (most endpoints refuse one, and stop there).
+    kinds += ["bytes", "json"] if request.body or rng.random() < 0.3 else []
     if request.body[:1] == b"{":
-        kinds += ["json"] * 3
+        kinds += ["json"] * 3 + ["number"] * 2
+    if any(v and v.isdigit() for _, v in request.query):
+        kinds += ["number"]
     if request.op.startswith("Identity."):
         kinds += ["target"] * 2
     if request.op.startswith("Identity.") or request.op in TOKEN_PATHS or b"DeviceCode" in request.body or \
@@ -341,5 +376,5 @@ def mutate(request, rng, ctx):
             segment_done = True
         {"path": mutate_path, "query": mutate_query, "headers": mutate_headers, "bytes": mutate_bytes,
          "json": mutate_json, "segment": mutate_segment, "auth": mutate_auth, "target": mutate_target,
-         "token": mutate_token}[kind](request, rng)
+         "token": mutate_token, "number": mutate_number}[kind](request, rng)
     return request

@@ -262,7 +262,7 @@ def valid_surface_request(ctx, rng, op):
         if what == "diff" and rng.random() < 0.6:
             query.append(("to", "2"))
         if what == "dataset" and rng.random() < 0.7:
-            query.append(("syncCount", str(edge_or(rng, rng.randint(0, 4), [2**63 - 1], ctx))))
+            query.append(("syncCount", str(edge_or(rng, rng.randint(0, 2), [2**63 - 1], ctx))))
         return Request(op, "GET", ["admin", "ui", what], [(k, quote(v, safe="~")) for k, v in query], [], cred="admin")
     if op == "GetStreamPayload":
         return Request(op, "GET", ["streams", "payload", s.payload_token], [], [], sign=False)
