@@ -7,6 +7,7 @@ from urllib.parse import quote
 from .identity_requests import IDENTITY_SERVICE, mutant_jwt, mutate_target
 from .requests import Obj, Raw, from_json, to_json
 from .segment_mutations import mutate_segment
+from .surfaces import mutant_frames
 from .segments import SEGMENT_TYPE
 from .values import (BAD_ESCAPES, INVALID_UTF8, LIMIT_NUMBER_TOKENS, LIMIT_QUERY_NUMBERS, mutant_json_value, mutant_segment,
                      mutant_token, random_json_value, short)
@@ -316,6 +317,14 @@ def mutate_number(request, rng):
     mutate_query(request, rng)
 
 
+def mutate_frames(request, rng):
+    """WebSocket frames at odds with RFC 6455 after the upgrade, before or after valid ones."""
+    bad = mutant_frames(rng)
+    where = rng.randrange(3)
+    request.after_upgrade = bad + request.after_upgrade if where == 0 else request.after_upgrade + bad
+    request.notes.append(f"websocket frames {bad[:24]!r}" + (f"...({len(bad)} bytes)" if len(bad) > 24 else ""))
+
+
 def mutate_auth(request, rng):
     """The signature: expired or from the future, garbled, for another service, an expired or
     odd presigned URL, another credential, none, or a signature on a request that needs none."""
@@ -362,6 +371,8 @@ def mutate(request, rng, ctx):
         kinds += ["number"]
     if request.op.startswith("Identity."):
         kinds += ["target"] * 2
+    if request.op == "EventsWebSocket":
+        kinds += ["frames"] * 3
     if request.op.startswith("Identity.") or request.op in TOKEN_PATHS or b"DeviceCode" in request.body or \
             any(k in ("lastEventId", "consumer") for k, _ in request.query):
         kinds += ["token"] * 2
@@ -376,5 +387,5 @@ def mutate(request, rng, ctx):
             segment_done = True
         {"path": mutate_path, "query": mutate_query, "headers": mutate_headers, "bytes": mutate_bytes,
          "json": mutate_json, "segment": mutate_segment, "auth": mutate_auth, "target": mutate_target,
-         "token": mutate_token, "number": mutate_number}[kind](request, rng)
+         "token": mutate_token, "number": mutate_number, "frames": mutate_frames}[kind](request, rng)
     return request

@@ -1,25 +1,22 @@
 """Requests for the HTTP fuzzer: JSON with duplicate members, the request as sent and the
-response, SigV4 signing and sending over a raw socket, and the Cognito Sync operations as
+response, sending over a raw socket (signed by signing.py), and the Cognito Sync operations as
 botocore serializes them."""
 
 import base64
 import dataclasses
-import datetime
 import hashlib
 import json
-import re
 import select
 import socket
 import time
 
 import botocore.serialize
 import botocore.session
-from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth, SigV4QueryAuth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.utils import percent_encode_sequence
 
-from conftest import REGION, SERVICE
+from conftest import SERVICE
+
+from .signing import _encode, signed_headers  # noqa: F401  (signed_headers: re-exported)
 
 REQUEST_TIMEOUT = 30.0
 
@@ -100,6 +97,7 @@ class Request:
     expires: int = 900      # a presigned URL's X-Amz-Expires
     garble: bool = False    # change one character of the signature after signing
     stream: bool = False    # an event stream (SSE or WebSocket): its answer is the head alone
+    after_upgrade: bytes = b""   # WebSocket frames sent once the server answered 101
 
     @property
     def path(self):
@@ -137,6 +135,9 @@ class Request:
                                                                      (f"presigned URL (expires {self.expires})", self.presign),
                                                                      ("event stream: head only", self.stream)) if on))
         lines.append(f"  body: {shown!r}{more}")
+        if self.after_upgrade:
+            lines.append(f"  after the upgrade: {self.after_upgrade[:200]!r}" + (f" ... ({len(self.after_upgrade)} bytes)"
+                                                                                if len(self.after_upgrade) > 200 else ""))
         return "\n".join(lines)
 
     def to_json(self):
@@ -145,7 +146,7 @@ class Request:
                 "body": base64.b64encode(self.body).decode(), "cred": self.cred, "notes": self.notes,
                 "chunked": self.chunked, "http10": self.http10, "sign": self.sign, "presign": self.presign,
                 "service": self.service, "skew": self.skew, "expires": self.expires, "garble": self.garble,
-                "stream": self.stream}
+                "stream": self.stream, "after_upgrade": base64.b64encode(self.after_upgrade).decode()}
 
 
 class NoResponse(Exception):
@@ -174,79 +175,6 @@ class Response:
         except (ValueError, AttributeError):
             pass
         return text[:limit]
-
-
-def _encode(text):
-    return text.encode("utf-8", "surrogateescape")
-
-
-class _Clocked:
-    """botocore's signer with its clock `skew` seconds off (thread-safe, unlike patching
-    botocore.auth's clock)."""
-
-    skew = 0
-
-    def add_auth(self, request):
-        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) + datetime.timedelta(seconds=self.skew)
-        request.context["timestamp"] = now.strftime(SIGV4_TIMESTAMP)
-        self._modify_request_before_signing(request)
-        canonical_request = self.canonical_request(request)
-        signature = self.signature(self.string_to_sign(request, canonical_request), request)
-        self._inject_signature_to_request(request, signature)
-
-
-class _ClockedAuth(_Clocked, SigV4Auth):
-    pass
-
-
-class _ClockedQueryAuth(_Clocked, SigV4QueryAuth):
-    pass
-
-
-def _garble(text):
-    """`text` with the last character of its signature changed."""
-    match = None
-    for match in re.finditer(r"(Signature=|X-Amz-Signature=)([0-9a-f]+)", text):
-        pass
-    if match is None:
-        return text
-    i = match.end(2) - 1
-    return text[:i] + ("0" if text[i] != "0" else "1") + text[i + 1:]
-
-
-def signed_headers(request, credential, host):
-    """(headers, target) to send: the request's own headers, then SigV4's (botocore's
-    SigV4Auth; SigV4QueryAuth puts the signature in the target's query instead)."""
-    headers = list(request.headers)
-    if not request.sign:
-        return headers + list(request.unsigned_headers), request.target
-    key, secret, token = credential
-    url = f"http://{host}{request.target}"
-    presign = request.presign and not request.body
-    if request.skew:
-        auth = (_ClockedQueryAuth(Credentials(key, secret, token), request.service, REGION, expires=request.expires) if presign
-                else _ClockedAuth(Credentials(key, secret, token), request.service, REGION))
-        auth.skew = request.skew
-    else:
-        auth = (SigV4QueryAuth(Credentials(key, secret, token), request.service, REGION, expires=request.expires) if presign
-                else SigV4Auth(Credentials(key, secret, token), request.service, REGION))
-    aws = AWSRequest(method=request.method, url=url, data=request.body, headers=dict(headers))
-    try:
-        auth.add_auth(aws)
-    except (UnicodeError, ValueError):
-        # A path botocore cannot quote (raw invalid bytes): sign its Latin-1 reading.
-        aws = AWSRequest(method=request.method, url=_encode(url).decode("latin-1"), data=request.body, headers=dict(headers))
-        auth.add_auth(aws)
-    target = request.target
-    if presign:
-        target = aws.url.split(host, 1)[1]
-    out = [(k, v) for k, v in aws.headers.items()]
-    if request.garble:
-        if presign:
-            target = _garble(target)
-        else:
-            out = [(k, _garble(v) if k.lower() == "authorization" else v) for k, v in out]
-    return out + list(request.unsigned_headers), target
 
 
 def send(host, port, request, credential, timeout=REQUEST_TIMEOUT):
@@ -286,9 +214,33 @@ def send(host, port, request, credential, timeout=REQUEST_TIMEOUT):
         raise NoResponse(f"connect: {error}")
     try:
         _send_all(sock, payload, deadline)
-        return _read_response(sock, request.method, deadline, start, stream=request.stream)
+        response = _read_response(sock, request.method, deadline, start, stream=request.stream)
+        if response.status == 101 and request.after_upgrade:
+            _frames(sock, request.after_upgrade, response)
+        return response
     finally:
         sock.close()
+
+
+def _frames(sock, frames, response):
+    """Sends WebSocket `frames` after an upgrade, then reads what the server answers for up to
+    half a second (or until it closes); appended to the response's body."""
+    try:
+        sock.sendall(frames)
+    except OSError:
+        return
+    deadline = time.monotonic() + 0.5
+    received = bytearray(response.body)
+    while time.monotonic() < deadline and len(received) < 1 << 20:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except (socket.timeout, OSError):
+            break
+        if not chunk:
+            break
+        received += chunk
+    response.body = bytes(received)
 
 
 def _send_all(sock, payload, deadline):

@@ -39,6 +39,64 @@ CONSUMERS = ["fuzz-a", "fuzz-b", "fuzz.c"]
 PAYLOAD_STREAM = "fuzz-payloads"
 
 
+def ws_frame(opcode, payload=b"", fin=True, masked=True, rsv=0, length=None):
+    """One WebSocket frame as a client sends it (masked), or with its fields at odds."""
+    n = len(payload) if length is None else length
+    head = bytes([(0x80 if fin else 0) | (rsv << 4) | opcode])
+    bit = 0x80 if masked else 0
+    if n < 126:
+        head += bytes([bit | n])
+    elif n < 1 << 16:
+        head += bytes([bit | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([bit | 127]) + (n & (2**64 - 1)).to_bytes(8, "big")
+    if not masked:
+        return head + payload
+    key = b"\x37\xfa\x21\x3d"
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+def valid_frames(rng):
+    """What a browser may send on an event stream: a ping, a pong, a text message, a close."""
+    frames = [ws_frame(0x9, b"ping"), ws_frame(0xA, b""), ws_frame(0x1, b"hello")]
+    frames = rng.sample(frames, rng.randint(1, 3))
+    if rng.random() < 0.5:
+        frames.append(ws_frame(0x8, (1000).to_bytes(2, "big") + b"bye"))
+    return b"".join(frames)
+
+
+def mutant_frames(rng):
+    """Frames at odds with RFC 6455: oversized control frames, lengths at their limits,
+    unmasked, reserved opcodes and bits, fragments, invalid UTF-8 and close codes, truncations."""
+    choice = rng.randrange(12)
+    if choice == 0:
+        return ws_frame(0x9, b"p" * rng.choice([126, 1000, 70000]))          # a control frame over 125 bytes
+    if choice == 1:
+        return ws_frame(0x1, b"x", length=rng.choice([2**63, 2**63 - 1, 2**64 - 1, 2**32, 1 << 24]))   # a length it never sends
+    if choice == 2:
+        return ws_frame(0x1, b"unmasked", masked=False)
+    if choice == 3:
+        return ws_frame(rng.choice([0x3, 0x7, 0xB, 0xF]), b"reserved")
+    if choice == 4:
+        return ws_frame(0x1, b"rsv", rsv=rng.randint(1, 7))
+    if choice == 5:
+        return ws_frame(0x9, b"frag", fin=False)                              # a fragmented control frame
+    if choice == 6:
+        return ws_frame(0x0, b"continuation without a start") + ws_frame(0x1, b"a", fin=False) + ws_frame(0x1, b"b")
+    if choice == 7:
+        return ws_frame(0x1, rng.choice([b"\xff\xfe", b"\xed\xa0\x80", b"\xc0\x80"]))   # invalid UTF-8 text
+    if choice == 8:
+        code = rng.choice([0, 999, 1004, 1005, 1006, 1015, 2999, 5000, 65535])
+        return ws_frame(0x8, code.to_bytes(2, "big") + rng.choice([b"", b"\xff", b"r" * 123])) if rng.random() < 0.8 \
+            else ws_frame(0x8, b"\x03")                                        # a close with one byte
+    if choice == 9:
+        return ws_frame(0x2, bytes(rng.getrandbits(8) for _ in range(rng.choice([1, 4096]))) * rng.choice([1, 300]))
+    if choice == 10:
+        return b"".join(ws_frame(0x9, b"p") for _ in range(rng.choice([100, 2000])))
+    frame = ws_frame(0x1, b"truncated frame")
+    return frame[:rng.randrange(1, len(frame))]
+
+
 def pick_operation(rng):
     """A surface by its weight, then one of its operations."""
     surfaces = list(WEIGHTS)
@@ -226,6 +284,8 @@ def valid_surface_request(ctx, rng, op):
             key = base64.b64encode(rng.getrandbits(128).to_bytes(16, "big")).decode()
             request.unsigned_headers += [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Key", key),
                                          ("Sec-WebSocket-Version", "13")]
+            if rng.random() < 0.6:
+                request.after_upgrade = valid_frames(rng)
         return request
     if op == "EventsPreflight":
         return Request(op, "OPTIONS", ["events"], [], [("Origin", "https://app.example"), ("Access-Control-Request-Method", "GET"),
