@@ -6,7 +6,7 @@ and an identity credential. No answer may be a 5xx, no request may hang, the ser
 alive at the end, every surface must have been fuzzed, and `syncledger verify` must pass on its
 data.
 
-SYNCLEDGER_FUZZ_REQUESTS sets the number of requests (default 4000, about 30 s here);
+SYNCLEDGER_FUZZ_REQUESTS sets the number of requests (default 4000, about 45 s on a loaded 2-core VM);
 SYNCLEDGER_FUZZ_SEED replays a run (the seed is printed). `bash tools/fuzz-http SECONDS` runs
 the same fuzzer longer."""
 

@@ -54,6 +54,7 @@ class IdentityState:
         self.users = {}               # developer user -> identity
         self.token = None             # an OpenID token of users["user-0"], valid a day
         self.pool_ids = []            # NextTokens of ListIdentityPools (pool ids)
+        self.dead = []                # (user, identity, token) of developer identities deleted since
         self.tag = f"{rng.getrandbits(32):08x}"
 
     def call(self, name, params):
@@ -123,10 +124,13 @@ def valid_identity_request(ctx, rng, op):
         p = dict(IdentityPoolId=made["IdentityPoolId"] if made else s.updated_pool)
     elif name == "GetId":
         p = dict(IdentityPoolId=s.pool)
-        if rng.random() < 0.3 and variety:
-            p["Logins"] = {COGNITO_PROVIDER: s.token}
+        if rng.random() < 0.3 and variety:   # this server's token: of a live identity, or of one deleted since
+            p["Logins"] = {COGNITO_PROVIDER: rng.choice(s.dead)[2] if s.dead and rng.random() < 0.3 else s.token}
         if rng.random() < 0.2:
             p["AccountId"] = "123456789012"
+    elif name in ("GetCredentialsForIdentity", "GetOpenIdToken") and variety and s.dead and rng.random() < 0.15:
+        user, identity, token = rng.choice(s.dead)   # an identity deleted since its token was made
+        p = dict(IdentityId=identity, Logins={COGNITO_PROVIDER: token})
     elif name in ("GetCredentialsForIdentity", "GetOpenIdToken"):
         if rng.random() < 0.3 and variety:
             p = dict(IdentityId=s.users["user-0"], Logins={COGNITO_PROVIDER: s.token})
@@ -143,13 +147,22 @@ def valid_identity_request(ctx, rng, op):
         if rng.random() < 0.3:
             p["HideDisabled"] = rng.random() < 0.5
     elif name == "DeleteIdentities":
-        got = s.call("GetId", dict(IdentityPoolId=s.pool))
-        ids = [got["IdentityId"]] if got else []
+        if variety and rng.random() < 0.4:   # a developer identity: its user and token live on in later requests
+            user = f"deleted-{fresh}"
+            made = s.developer_token(user)
+            ids = [made[0]] if made else []
+            if made:
+                s.dead.append((user, made[0], made[1]))
+        else:
+            got = s.call("GetId", dict(IdentityPoolId=s.pool))
+            ids = [got["IdentityId"]] if got else []
         if not ids or (variety and rng.random() < 0.2):
             ids.append(f"us-east-1:{fresh[:8]}-0000-4000-8000-{fresh}")   # unknown: listed as unprocessed
         p = dict(IdentityIdsToDelete=ids)
     elif name == "GetOpenIdTokenForDeveloperIdentity":
         user = f"user-{rng.randint(0, 5)}" if rng.random() < 0.8 else f"new-{fresh}"
+        if variety and s.dead and rng.random() < 0.15:
+            user = rng.choice(s.dead)[0]   # the user of a deleted identity
         p = dict(IdentityPoolId=s.pool, Logins={DEVELOPER_PROVIDER: user},
                  TokenDuration=edge_or(rng, rng.randint(1, 86400), [1, 86400], ctx))
         if user in s.users and rng.random() < 0.3:
@@ -160,12 +173,19 @@ def valid_identity_request(ctx, rng, op):
             p["DeveloperUserIdentifier"] = rng.choice(["user-0", "user-1", "user-2"])
         else:
             p["IdentityId"] = s.users[rng.choice(["user-0", "user-1", "user-2"])]
+        if variety and s.dead and rng.random() < 0.15:
+            dead = rng.choice(s.dead)
+            p.pop("IdentityId", None)
+            p["DeveloperUserIdentifier" if rng.random() < 0.5 else "IdentityId"] = dead[0] if rng.random() < 0.5 else dead[1]
         if rng.random() < 0.3:
             p["MaxResults"] = rng.randint(1, 60)
     elif name == "MergeDeveloperIdentities":
         source, destination = f"merge-{fresh}-a", f"merge-{fresh}-b"
         s.developer_token(source)
         s.developer_token(destination)
+        if variety and rng.random() < 0.3:   # merged already, into itself, or a deleted identity's user
+            source, destination = rng.choice([(destination, destination), ("user-1", "user-2"), ("user-2", "user-1")]
+                                             + ([(rng.choice(s.dead)[0], destination), (source, rng.choice(s.dead)[0])] if s.dead else []))
         p = dict(IdentityPoolId=s.pool, DeveloperProviderName=DEVELOPER_PROVIDER, SourceUserIdentifier=source,
                  DestinationUserIdentifier=destination)
     elif name == "UnlinkDeveloperIdentity":
@@ -217,7 +237,10 @@ def mutant_jwt(rng, token):
 def mutate_target(request, rng):
     """Another X-Amz-Target: an unknown, misspelt, overlong or other service's operation, one
     whose body is another operation's, or none."""
-    ops = UNSIGNED + SIGNED
+    # Not the operations that delete or change what the valid requests are built on (a GetId body
+    # sent as DeleteIdentityPool would delete the fuzzed pool, and every later request fails early).
+    ops = [op for op in UNSIGNED + SIGNED if op not in ("DeleteIdentityPool", "DeleteIdentities", "UpdateIdentityPool",
+                                                          "UnlinkIdentity", "UnlinkDeveloperIdentity", "MergeDeveloperIdentities")]
     choice = rng.randrange(7)
     if choice == 0:
         value = TARGET_PREFIX + rng.choice(ops)   # the body is another operation's
