@@ -19,6 +19,7 @@ from .mutations import mutate
 from .requests import (ALL_OPERATIONS, IDENTITY_LEVEL, REQUEST_TIMEOUT, Hang, NoResponse, Request, from_json, send,
                        serialize, to_json)
 from .segments import render_segment, stream_key
+from .surfaces import NEW_BASELINE, NEW_OPERATIONS, SURFACE_OF, SURFACES
 from .valid_requests import Context, new_entries, valid_request
 from dos_attacks import proc_status  # noqa: E402  (one reader of /proc/PID/status)
 
@@ -65,6 +66,7 @@ class Fuzzer:
         self.findings = []
         self.statuses = collections.Counter()
         self.per_op = collections.defaultdict(collections.Counter)
+        self.per_surface = collections.Counter()   # fuzzed requests (not helpers) by surface
         self.count = 0
         self.helper_count = 0
         self.no_response = 0
@@ -291,6 +293,7 @@ class Fuzzer:
         # Configuration first (a bulk publish needs CognitoStreams), deletion last.
         order = ["SetIdentityPoolConfiguration"] + [op for op in ALL_OPERATIONS
                                                    if op not in ("SetIdentityPoolConfiguration", "DeleteDataset")] + ["DeleteDataset"]
+        order += NEW_BASELINE
         saved_tokens, self.ctx.next_tokens = self.ctx.next_tokens, {}
         self.ctx.variety = False   # no numbers at the edge: every request here must succeed
         try:
@@ -307,7 +310,9 @@ class Fuzzer:
     def _baseline_one(self, op, rng):
         """One valid request of `op`; a failure text, or None when it succeeded."""
         request = valid_request(self.ctx, rng, op)
-        if op in IDENTITY_LEVEL or op in ("GetStreamSegment", "PostOfflineSegment"):
+        if op in NEW_OPERATIONS:
+            pass   # signed as its builder says
+        elif op in IDENTITY_LEVEL or op in ("GetStreamSegment", "PostOfflineSegment"):
             request.cred = "identity"
         else:
             request.cred = "admin"
@@ -332,6 +337,10 @@ class Fuzzer:
         response = self.exchange(request, request.cred, where=f"seed {self.seed} baseline")
         with self.lock:
             self.count += 1
+            self.per_surface[SURFACE_OF[op]] += 1
+        expected = 101 if op == "EventsWebSocket" else None
+        if response is not None and response.status == expected:
+            return None
         if response is None or not 200 <= response.status < 300:
             return (f"{op}: " + (f"{response.status} {response.message()!r}" if response else "no answer")
                     + "\n" + request.describe())
@@ -390,6 +399,7 @@ class Fuzzer:
         self.exchange(request, request.cred, where=f"seed {self.seed} request #{index}")
         with self.lock:
             self.count += 1
+            self.per_surface[SURFACE_OF[request.op]] += 1
 
     @property
     def fivexx(self):
@@ -420,8 +430,14 @@ class Fuzzer:
                                  f"writes since the last clean verify (segment entry mutations first):\n{listing}{more}"))
         return code, text
 
+    @property
+    def crashes(self):
+        return sum(1 for f in self.findings if f.kind == "crash")
+
     def summary(self):
-        return f"fuzzed {self.count} requests, 5xx seen: {self.fivexx}"
+        surfaces = ", ".join(f"{name} {self.per_surface[name]}" for name in SURFACES)
+        return (f"fuzzed {self.count} requests ({surfaces}), 5xx seen: {self.fivexx}, crashes: {self.crashes}, "
+                f"hangs: {sum(f.kind in ('hang', 'unresponsive') for f in self.findings)}")
 
     def report(self):
         """Findings grouped by kind, operation and message, one example each."""
@@ -438,6 +454,13 @@ class Fuzzer:
                          "(VmHWM: since its last start)")
         except OSError:
             pass
+        for surface, ops in SURFACES.items():
+            answers = collections.Counter()
+            for op in ops:
+                for status, n in self.per_op[op].items():
+                    answers[status // 100 * 100] += n
+            lines.append(f"  {surface}: {self.per_surface[surface]} fuzzed; answers (helpers included) "
+                         f"{dict(sorted(answers.items()))}")
         if self.slow:
             lines.append(f"{len(self.slow)} requests took over 2 s; the slowest:")
             for elapsed, where, request in sorted(self.slow, key=lambda x: -x[0])[:5]:

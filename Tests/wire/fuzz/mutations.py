@@ -4,11 +4,13 @@ bytes (segment bodies: segment_mutations.py), and `mutate`, which applies 1-3 of
 import base64
 from urllib.parse import quote
 
+from .identity_requests import IDENTITY_SERVICE, mutant_jwt, mutate_target
 from .requests import Obj, Raw, from_json, to_json
 from .segment_mutations import mutate_segment
+from .surfaces import mutant_frames
 from .segments import SEGMENT_TYPE
-from .values import (BAD_ESCAPES, INVALID_UTF8, LIMIT_QUERY_NUMBERS, mutant_json_value, mutant_segment, mutant_token,
-                     random_json_value, short)
+from .values import (BAD_ESCAPES, INVALID_UTF8, LIMIT_NUMBER_TOKENS, LIMIT_QUERY_NUMBERS, mutant_json_value, mutant_segment,
+                     mutant_token, random_json_value, short)
 
 # --------------------------------------------------------------------------------------------
 # Mutations
@@ -84,7 +86,8 @@ def _mutate_json(request, rng):
             root = Obj([(k, v) for k, v in root if k != "RecordPatches"] + [("RecordPatches", patches)])
         request.notes.append(f"json RecordPatches: {len(patches)} patches at limits")
     request.body = to_json(root)
-    request.headers = [(k, v) for k, v in request.headers if k.lower() != "content-type"] + [("Content-Type", "application/json")]
+    if not any(k.lower() == "content-type" for k, _ in request.headers):
+        request.headers.append(("Content-Type", "application/json"))
 
 
 def mutate_path(request, rng):
@@ -121,8 +124,10 @@ def mutate_query(request, rng):
     names = [k for k, _ in query] or ["after"]
     known = ["after", "maxBytes", "mode", "partial", "deviceId", "lastSyncCount", "maxResults", "nextToken",
              "syncSessionToken", "X-Amz-Signature", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Algorithm",
-             "X-Amz-SignedHeaders", "X-Amz-Security-Token", "x-amz-content-sha256"]
-    tokens = [i for i, (k, _) in enumerate(query) if k in ("nextToken", "syncSessionToken")]
+             "X-Amz-SignedHeaders", "X-Amz-Security-Token", "x-amz-content-sha256", "consumer", "limit", "identityPoolId",
+             "identityId", "datasetName", "lastEventId", "IdentityPoolId", "IdentityId", "pool", "identity", "dataset",
+             "from", "to", "key", "syncCount", "X-Amz-Expires"]
+    tokens = [i for i, (k, _) in enumerate(query) if k in ("nextToken", "syncSessionToken", "lastEventId", "consumer")]
     if tokens and rng.random() < 0.5:
         i = rng.choice(tokens)
         k, v = query[i]
@@ -250,15 +255,127 @@ def mutate_bytes(request, rng):
     request.body = bytes(body)
 
 
+# Members and path segments that carry a token, a code or an id made by the server.
+TOKEN_MEMBERS = {"DeviceCode", "Token", "NextToken", "MessageId", "SyncSessionToken", "cognito-identity.amazonaws.com",
+                 "IdentityId", "IdentityPoolId", "Consumer", "DeveloperUserIdentifier", "SourceUserIdentifier"}
+TOKEN_PATHS = {"GetStreamPayload": 2, "DescribeDevice": 1, "DeleteDevice": 1}
+
+
+def mutate_token(request, rng):
+    """A token, code or id the server made (a JSON member, a path segment or a query value),
+    damaged: truncated, a character changed, padded, doubled, another's pieces, garbage."""
+    if request.op in TOKEN_PATHS and len(request.segments) > TOKEN_PATHS[request.op] and rng.random() < 0.7:
+        i = TOKEN_PATHS[request.op]
+        new = mutant_token(rng, request.segments[i])
+        request.segments[i] = quote(new, safe="~") if rng.random() < 0.8 else new
+        request.notes.append(f"path token -> {new[:60]!r}" + (f"...({len(new)})" if len(new) > 60 else ""))
+        return
+    try:
+        root = from_json(request.body) if request.body[:1] == b"{" else None
+        found = [(c, i, p) for c, i, p in json_locations(root) if isinstance(c, Obj) and c[i][0] in TOKEN_MEMBERS
+                 and isinstance(c[i][1], str)] if root is not None else []
+        if found:
+            container, index, path = rng.choice(found)
+            old = container[index][1]
+            new = mutant_jwt(rng, old) if old.count(".") == 2 and rng.random() < 0.6 else mutant_token(rng, old)
+            container[index] = (container[index][0], new)
+            request.body = to_json(root)
+            request.notes.append(f"json token {path} -> {new[:60]!r}" + (f"...({len(new)})" if len(new) > 60 else ""))
+            return
+    except (ValueError, RecursionError):   # a body nested deeper than Python recurses (an earlier mutation)
+        pass
+    mutate_query(request, rng)
+
+
+NUMBER_TOKENS = LIMIT_NUMBER_TOKENS + ["1.7976931348623157e308", "-1.7976931348623157e308", "9.3e18", "-9.3e18", "1e19",
+                                       "-1e19", "2419200.5", "2419201", "86401", "61", "1e-7", "-0.5", "9007199254740993"]
+
+
+def mutate_number(request, rng):
+    """A number of the request at a limit: a JSON number member (or any member) as a limit token,
+    or NaN/Infinity as a string; else a query value that is a number."""
+    try:
+        root = from_json(request.body) if request.body[:1] == b"{" else None
+        spots = [(c, i, p) for c, i, p in json_locations(root) if isinstance(c, Obj)] if root is not None else []
+        numbers = [x for x in spots if isinstance(x[0][x[1]][1], (int, float)) and not isinstance(x[0][x[1]][1], bool)]
+        if spots:
+            container, index, path = rng.choice(numbers or spots)
+            value = Raw(rng.choice(NUMBER_TOKENS).encode()) if rng.random() < 0.85 else rng.choice(["NaN", "Infinity", "-0", "1e400"])
+            container[index] = (container[index][0], value)
+            request.body = to_json(root)
+            request.notes.append(f"json number {path}={short(value)}")
+            return
+    except (ValueError, RecursionError):
+        pass
+    numeric = [i for i, (_, v) in enumerate(request.query) if v and v.lstrip("-").isdigit()]
+    if numeric:
+        i = rng.choice(numeric)
+        value = rng.choice(LIMIT_QUERY_NUMBERS)
+        request.query[i] = (request.query[i][0], value)
+        request.notes.append(f"query number {request.query[i][0]}={value!r}")
+        return
+    mutate_query(request, rng)
+
+
+def mutate_frames(request, rng):
+    """WebSocket frames at odds with RFC 6455 after the upgrade, before or after valid ones."""
+    bad = mutant_frames(rng)
+    where = rng.randrange(3)
+    request.after_upgrade = bad + request.after_upgrade if where == 0 else request.after_upgrade + bad
+    request.notes.append(f"websocket frames {bad[:24]!r}" + (f"...({len(bad)} bytes)" if len(bad) > 24 else ""))
+
+
+def mutate_auth(request, rng):
+    """The signature: expired or from the future, garbled, for another service, an expired or
+    odd presigned URL, another credential, none, or a signature on a request that needs none."""
+    choice = rng.randrange(8)
+    if choice == 0:
+        request.skew = rng.choice([-86400 * 8, -3600, -901, 901, 3600, 86400 * 365])
+        request.notes.append(f"signed with the clock {request.skew:+d} s off")
+    elif choice == 1:
+        request.garble = True
+        request.notes.append("signature garbled")
+    elif choice == 2:
+        request.service = "cognito-sync" if request.service == IDENTITY_SERVICE else rng.choice([IDENTITY_SERVICE, "s3", ""])
+        request.notes.append(f"signed for service {request.service!r}")
+    elif choice == 3 and not request.body:
+        request.presign = True
+        request.expires, request.skew = rng.choice([(1, -60), (900, -3600), (0, 0), (604801, 0), (-1, 0), (2**31, 0), (604800, -604700)])
+        request.notes.append(f"presigned, X-Amz-Expires {request.expires}, clock {request.skew:+d} s")
+    elif choice == 4:
+        request.cred = rng.choice(["admin", "identity", "identity-token", "other"])
+        request.notes.append(f"signed as {request.cred}")
+    elif choice == 5:
+        request.sign = not request.sign
+        request.notes.append("signed (it needs no signature)" if request.sign else "unsigned")
+    elif choice == 6:
+        request.unsigned_headers.append(("X-Amz-Security-Token", rng.choice(["", "x", "a" * 5000, "%FF", "AAAA"])))
+        request.notes.append("an unsigned X-Amz-Security-Token")
+    else:
+        request.headers.append(("X-Amz-Date", rng.choice(["20000101T000000Z", "99991231T235959Z", "2026-01-01", "", "0"])))
+        request.notes.append("a second, signed X-Amz-Date")
+
+
 def mutate(request, rng, ctx):
     """Applies 1-3 mutations to a valid request; 8 % stay valid."""
     if rng.random() < 0.08:
         request.notes.append("unmutated")
         return request
     is_segment_post = request.op in ("PostSegment", "PostOfflineSegment")
-    kinds = ["path", "query", "headers", "bytes", "json"] + ["segment"] * (6 if is_segment_post else 0)
+    kinds = ["path", "query", "headers", "auth"] + ["segment"] * (6 if is_segment_post else 0)
+    # A bodiless request gets a body rarely (most endpoints refuse one, and stop there).
+    kinds += ["bytes", "json"] if request.body or rng.random() < 0.3 else []
     if request.body[:1] == b"{":
-        kinds += ["json"] * 3
+        kinds += ["json"] * 3 + ["number"] * 2
+    if any(v and v.isdigit() for _, v in request.query):
+        kinds += ["number"]
+    if request.op.startswith("Identity."):
+        kinds += ["target"] * 2
+    if request.op == "EventsWebSocket":
+        kinds += ["frames"] * 3
+    if request.op.startswith("Identity.") or request.op in TOKEN_PATHS or b"DeviceCode" in request.body or \
+            any(k in ("lastEventId", "consumer") for k, _ in request.query):
+        kinds += ["token"] * 2
     segment_done = False
     for _ in range(rng.choice([1, 1, 1, 2, 2, 3])):
         kind = rng.choice(kinds)
@@ -269,5 +386,6 @@ def mutate(request, rng, ctx):
                 kind = "bytes"
             segment_done = True
         {"path": mutate_path, "query": mutate_query, "headers": mutate_headers, "bytes": mutate_bytes,
-         "json": mutate_json, "segment": mutate_segment}[kind](request, rng)
+         "json": mutate_json, "segment": mutate_segment, "auth": mutate_auth, "target": mutate_target,
+         "token": mutate_token, "number": mutate_number, "frames": mutate_frames}[kind](request, rng)
     return request

@@ -1,5 +1,5 @@
 """Requests for the HTTP fuzzer: JSON with duplicate members, the request as sent and the
-response, SigV4 signing and sending over a raw socket, and the Cognito Sync operations as
+response, sending over a raw socket (signed by signing.py), and the Cognito Sync operations as
 botocore serializes them."""
 
 import base64
@@ -12,12 +12,11 @@ import time
 
 import botocore.serialize
 import botocore.session
-from botocore.auth import SigV4Auth, SigV4QueryAuth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.utils import percent_encode_sequence
 
-from conftest import REGION, SERVICE
+from conftest import SERVICE
+
+from .signing import _encode, signed_headers  # noqa: F401  (signed_headers: re-exported)
 
 REQUEST_TIMEOUT = 30.0
 
@@ -93,6 +92,12 @@ class Request:
     http10: bool = False
     sign: bool = True
     presign: bool = False   # SigV4 in the query string (botocore SigV4QueryAuth), bodiless requests only
+    service: str = SERVICE  # the service signed for (Cognito Identity's operations: cognito-identity)
+    skew: int = 0           # sign as if the clock were this many seconds off (expired or future signatures)
+    expires: int = 900      # a presigned URL's X-Amz-Expires
+    garble: bool = False    # change one character of the signature after signing
+    stream: bool = False    # an event stream (SSE or WebSocket): its answer is the head alone
+    after_upgrade: bytes = b""   # WebSocket frames sent once the server answered 101
 
     @property
     def path(self):
@@ -122,17 +127,26 @@ class Request:
             lines.append("  headers: " + ", ".join(f"{k}: {v[:120]!r}" for k, v in extra))
         if self.drop_headers:
             lines.append("  without headers: " + ", ".join(self.drop_headers))
-        if self.chunked or self.http10 or self.presign:
+        if self.service != SERVICE or self.skew or self.garble:
+            lines.append(f"  signed for {self.service}" + (f", clock {self.skew:+d} s" if self.skew else "")
+                         + (", signature garbled" if self.garble else ""))
+        if self.chunked or self.http10 or self.presign or self.stream:
             lines.append("  transport: " + ", ".join(x for x, on in (("chunked body", self.chunked), ("HTTP/1.0", self.http10),
-                                                                     ("presigned URL", self.presign)) if on))
+                                                                     (f"presigned URL (expires {self.expires})", self.presign),
+                                                                     ("event stream: head only", self.stream)) if on))
         lines.append(f"  body: {shown!r}{more}")
+        if self.after_upgrade:
+            lines.append(f"  after the upgrade: {self.after_upgrade[:200]!r}" + (f" ... ({len(self.after_upgrade)} bytes)"
+                                                                                if len(self.after_upgrade) > 200 else ""))
         return "\n".join(lines)
 
     def to_json(self):
         return {"op": self.op, "method": self.method, "segments": self.segments, "query": self.query,
                 "headers": self.headers, "unsigned_headers": self.unsigned_headers, "drop_headers": self.drop_headers,
                 "body": base64.b64encode(self.body).decode(), "cred": self.cred, "notes": self.notes,
-                "chunked": self.chunked, "http10": self.http10, "sign": self.sign, "presign": self.presign}
+                "chunked": self.chunked, "http10": self.http10, "sign": self.sign, "presign": self.presign,
+                "service": self.service, "skew": self.skew, "expires": self.expires, "garble": self.garble,
+                "stream": self.stream, "after_upgrade": base64.b64encode(self.after_upgrade).decode()}
 
 
 class NoResponse(Exception):
@@ -163,35 +177,6 @@ class Response:
         return text[:limit]
 
 
-def _encode(text):
-    return text.encode("utf-8", "surrogateescape")
-
-
-def signed_headers(request, credential, host):
-    """(headers, target) to send: the request's own headers, then SigV4's (botocore's
-    SigV4Auth; SigV4QueryAuth puts the signature in the target's query instead)."""
-    headers = list(request.headers)
-    if not request.sign:
-        return headers + list(request.unsigned_headers), request.target
-    key, secret, token = credential
-    url = f"http://{host}{request.target}"
-    presign = request.presign and not request.body
-    auth = (SigV4QueryAuth(Credentials(key, secret, token), SERVICE, REGION, expires=900) if presign
-            else SigV4Auth(Credentials(key, secret, token), SERVICE, REGION))
-    aws = AWSRequest(method=request.method, url=url, data=request.body, headers=dict(headers))
-    try:
-        auth.add_auth(aws)
-    except (UnicodeError, ValueError):
-        # A path botocore cannot quote (raw invalid bytes): sign its Latin-1 reading.
-        aws = AWSRequest(method=request.method, url=_encode(url).decode("latin-1"), data=request.body, headers=dict(headers))
-        auth.add_auth(aws)
-    target = request.target
-    if presign:
-        target = aws.url.split(host, 1)[1]
-    out = [(k, v) for k, v in aws.headers.items()]
-    return out + list(request.unsigned_headers), target
-
-
 def send(host, port, request, credential, timeout=REQUEST_TIMEOUT):
     """Signs and sends `request` on a new connection; returns a Response. Raises Hang when no
     whole response arrives within `timeout`, NoResponse when the connection closes first."""
@@ -208,7 +193,8 @@ def send(host, port, request, credential, timeout=REQUEST_TIMEOUT):
         lines.append(b"Transfer-Encoding: chunked")
     elif "content-length" not in drop:
         lines.append(b"Content-Length: " + str(len(request.body)).encode())
-    lines.append(b"Connection: close")
+    if "connection" not in names and "connection" not in {k.lower() for k, _ in request.unsigned_headers}:
+        lines.append(b"Connection: close")
     head = b"\r\n".join(lines) + b"\r\n\r\n"
     if request.chunked:
         body, data, i, step = bytearray(), request.body, 0, max(1, len(request.body) // 3 or 1)
@@ -228,9 +214,33 @@ def send(host, port, request, credential, timeout=REQUEST_TIMEOUT):
         raise NoResponse(f"connect: {error}")
     try:
         _send_all(sock, payload, deadline)
-        return _read_response(sock, request.method, deadline, start)
+        response = _read_response(sock, request.method, deadline, start, stream=request.stream)
+        if response.status == 101 and request.after_upgrade:
+            _frames(sock, request.after_upgrade, response)
+        return response
     finally:
         sock.close()
+
+
+def _frames(sock, frames, response):
+    """Sends WebSocket `frames` after an upgrade, then reads what the server answers for up to
+    half a second (or until it closes); appended to the response's body."""
+    try:
+        sock.sendall(frames)
+    except OSError:
+        return
+    deadline = time.monotonic() + 0.5
+    received = bytearray(response.body)
+    while time.monotonic() < deadline and len(received) < 1 << 20:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except (socket.timeout, OSError):
+            break
+        if not chunk:
+            break
+        received += chunk
+    response.body = bytes(received)
 
 
 def _send_all(sock, payload, deadline):
@@ -262,7 +272,9 @@ def _send_all(sock, payload, deadline):
         sock.setblocking(True)
 
 
-def _read_response(sock, method, deadline, start):
+def _read_response(sock, method, deadline, start, stream=False):
+    """The response on `sock`; of an event stream (`stream`) that started, the head and what
+    arrived with it (a stream never ends: the caller closes it)."""
     buffer = b""
 
     def more():
@@ -294,9 +306,13 @@ def _read_response(sock, method, deadline, start):
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             headers[name.decode("latin-1").strip().lower()] = value.decode("latin-1").strip()
+        if status == 101 and stream:
+            return Response(status, headers, buffer, time.monotonic() - start)
         if 100 <= status < 200:
             continue
         break
+    if stream and status == 200 and headers.get("content-type", "").startswith("text/event-stream"):
+        return Response(status, headers, buffer, time.monotonic() - start)
     if method == "HEAD" or status in (204, 304):
         body = b""
     elif "chunked" in headers.get("transfer-encoding", "").lower():

@@ -2,6 +2,7 @@
 
 import base64
 import json
+import os
 import random
 import threading
 import time
@@ -10,8 +11,10 @@ from urllib.parse import quote
 
 from conftest import ADMIN_KEY, ADMIN_SECRET
 
-from .requests import ALL_OPERATIONS, IDENTITY_LEVEL, SEGMENT_OPERATIONS, Request, serialize
+from .identity_requests import IdentityState
+from .requests import IDENTITY_LEVEL, SEGMENT_OPERATIONS, Request, serialize
 from .segments import MAGIC, SEGMENT_TYPE, ZEROS, EntrySpec, Header, render_segment, stream_key
+from .surfaces import NEW_OPERATIONS, SurfaceState, pick_operation, valid_surface_request
 
 PLATFORMS = ["APNS", "APNS_SANDBOX", "GCM", "ADM"]
 
@@ -30,6 +33,7 @@ class Context:
     def __init__(self, fuzzer, seed):
         rng = random.Random(f"{seed}:context")
         self.fuzzer = fuzzer
+        self.seed = seed
         self.pool = short_id(rng)
         self.identity = short_id(rng)
         self.other_identity = short_id(rng)
@@ -42,14 +46,18 @@ class Context:
         self.device_id = "unknown-device"
         self.next_tokens = {}   # operation -> a real NextToken
         self.variety = True     # valid requests vary: numbers at the edge of their range, other identities
+        self.identity_state = IdentityState(self, rng)   # Cognito Identity's pools and identities
+        self.surfaces = SurfaceState(self, rng)          # devices, messages, redactions, a payload token
 
     # -- helpers that talk to the server (their answers are checked like any other) --------
 
     def call(self, request, cred="admin"):
         return self.fuzzer.exchange(request, cred, helper=True)
 
-    def setup(self):
-        """Writes a little data, registers a device, mints credentials, fetches segments."""
+    def setup(self, tmp=None):
+        """Writes a little data, registers a device, mints credentials, fetches segments; then
+        the other surfaces' state (identity pools, devices, messages, a payload token; `tmp`:
+        a directory for the streams sink, by default beside the data directory)."""
         server = self.fuzzer.server
         for cred, identity, token in (("identity", self.identity, False), ("identity-token", self.identity, True),
                                       ("other", self.other_identity, False)):
@@ -88,6 +96,8 @@ class Context:
         r = self.call(Request("GetFeedSegment", "GET", ["segments", "feed"], [("after", "0"), ("maxBytes", "65536")], []))
         assert r is not None and r.status == 200 and r.body.startswith(MAGIC), f"setup GET feed: {r and (r.status, r.body[:300])}"
         self.real_segments[("feed", None)] = r.body
+        self.identity_state.setup()
+        self.surfaces.setup(tmp or os.path.dirname(os.path.abspath(server.data_dir)))
 
     def stream_path(self, identity, dataset):
         return ["segments", "streams", quote(self.pool, safe="~"), quote(identity, safe="~"), quote(dataset, safe="~")]
@@ -158,10 +168,13 @@ def edge_or(rng, value, edges=EDGE_U64, ctx=None):
 
 
 def valid_request(ctx, rng, op=None):
-    """A valid request of `op` (else a random operation), with the credential to sign it."""
-    op = op or rng.choice(ALL_OPERATIONS)
+    """A valid request of `op` (else a random operation of a surface picked by its weight),
+    with the credential to sign it."""
+    op = op or pick_operation(rng)
     if op in SEGMENT_OPERATIONS:
         return valid_segment_request(ctx, rng, op)
+    if op in NEW_OPERATIONS:
+        return valid_surface_request(ctx, rng, op)
     if op in IDENTITY_LEVEL:
         cred = rng.choice(["admin", "identity", "identity", "identity-token"])
     else:
