@@ -31,6 +31,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds between two checks of the leader's signed digest (0-86400).") var followDigestInterval = 60.0
     @Option(help: "Run as a node of a cluster: the nats-servers of its JetStream cluster, nats://HOST:PORT[,…]. Writes are committed to their shard's replicated stream before they are acknowledged. Every node needs the same SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY. See docs/cluster.md.") var cluster: String?
     @Option(help: "Shards of the cluster (1-4096), fixed when it is created: every node names the same count.") var shards = 64
+    @Option(help: "A secret every node of the cluster shares (env SYNCLEDGER_CLUSTER_SECRET; default: the admin secret), from which the keys authenticating shard messages, leases and node records, and the cluster's OpenID signing key, are derived. Give it to `syncledger cluster` commands too.") var clusterSecret: String?
     @Option(help: "Replicas of each shard's JetStream stream and of the cluster's KV buckets (1-5).") var clusterReplicas = 3
     @Option(help: "This node's name in the cluster, unique among its nodes (letters, digits, - and _; default: the host name and port).") var nodeId: String?
     @Option(help: "Seconds a shard's lease lasts without renewal (1-300): how soon another node takes the shards of a node that died.") var leaseSeconds = 6.0
@@ -105,6 +106,7 @@ struct Serve: AsyncParsableCommand {
             options.shards = shards
             options.replicas = clusterReplicas
             options.leaseTime = Self.duration(leaseSeconds)
+            options.secret = clusterSecret ?? environment["SYNCLEDGER_CLUSTER_SECRET"]
             config.cluster = options
         }
         config.adminAccessKeyID = environment["SYNCLEDGER_ACCESS_KEY_ID"]

@@ -18,6 +18,10 @@ public struct ClusterOptions: Sendable {
     public var nodeURL: String?
     /// How long an append waits for the log, retries included, before it answers unavailable.
     public var appendTimeout: Duration = .seconds(10)
+    /// The secret every node of the cluster shares, from which the keys authenticating shard
+    /// messages, leases and node records and the OpenID signing key are derived
+    /// (``ClusterKeys``; `--cluster-secret`); nil: the shared admin secret.
+    public var secret: String?
 
     /// Options for a node `nodeID` reachable at `nodeURL`.
     public init(servers: [String], nodeID: String, nodeURL: String? = nil) {
@@ -70,4 +74,6 @@ struct NodeRecord: Codable, Sendable, Equatable {
     var url: String
     var applied: [UInt64]
     var owned: [Int]
+    /// Messages of its shards' streams it skipped as not authenticated, in all.
+    var rejected: UInt64?
 }
