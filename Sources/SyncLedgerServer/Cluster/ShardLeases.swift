@@ -102,6 +102,8 @@ final class ShardLeases: Sendable {
     private func restore(_ shard: Int, sent: ContinuousClock.Instant) async -> Bool {
         let key = ClusterNames.lease(shard)
         for _ in 0..<3 {  // the value may be changed again between the read and the write
+            // Handed back meanwhile (the balance loop deleted it): nothing to put back.
+            guard ownership.get(shard) != nil else { return false }
             guard let entry = try? await bucket.get(key) else {
                 guard let revision = try? await bucket.create(key, holderValue(shard)) else { continue }
                 return keep(shard, revision: revision, sent: sent)
