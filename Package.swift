@@ -178,7 +178,7 @@ let package = Package(
         .testTarget(
             name: "SyncLedgerServerTests",
             dependencies: [
-                "SyncLedgerServer", "SyncLedger", "SyncLedgerTestSupport",
+                "SyncLedgerServer", "SyncLedger", "SyncLedgerTestSupport", "NATS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),

@@ -148,6 +148,9 @@ public struct ServerConfiguration: Sendable {
         guard let id = adminAccessKeyID, let secret = adminSecretAccessKey, !id.isEmpty, !secret.isEmpty else {
             throw StartupError("a cluster's nodes share the admin credential: set SYNCLEDGER_ACCESS_KEY_ID and SYNCLEDGER_SECRET_ACCESS_KEY, the same on every node")
         }
+        if let clusterSecret = cluster.secret, clusterSecret.utf8.count < 16 {
+            throw StartupError("the cluster secret (--cluster-secret-file or SYNCLEDGER_CLUSTER_SECRET) must be at least 16 bytes (it keys the cluster's message authentication)")
+        }
     }
 
     /// Whether a URL's authority (after `scheme://`, up to the first `/`, `?` or `#`) has an
@@ -196,15 +199,18 @@ public enum SyncLedgerServer {
         try await Startup.checkPortFree(host: configuration.host, port: configuration.port)
         let maxConnections = Startup.fitConnections(configuration.maxConnections) { logger.warning("\($0)") }
         var ledgerOptions = configuration.ledger
-        if configuration.cluster != nil, let secret = configuration.adminSecretAccessKey {
-            // Session and paging tokens one node issues verify on every other.
+        if let cluster = configuration.cluster, let secret = configuration.adminSecretAccessKey {
+            // Session and paging tokens one node issues verify on every other, and so do its
+            // OpenID tokens (one signing key for the cluster, from the cluster secret).
             ledgerOptions.tokenKey = ClusterNode.tokenKey(adminSecret: secret)
+            ledgerOptions.identityKeyring = IdentityKeyring(seed: ClusterKeys(secret: cluster.secret ?? secret).identitySeed)
         }
         let ledger = try Ledger(directory: configuration.dataDirectory, options: ledgerOptions)
         defer { ledger.close() }
         var joined: ClusterNode?
         if let options = configuration.cluster {
-            do { joined = try await ClusterNode.start(options, ledger: ledger, logger: logger) } catch let error as StartupError { throw error } catch {
+            let keys = ClusterKeys(secret: options.secret ?? configuration.adminSecretAccessKey ?? "")
+            do { joined = try await ClusterNode.start(options, keys: keys, ledger: ledger, logger: logger) } catch let error as StartupError { throw error } catch {
                 throw StartupError("cannot join the cluster at \(options.servers.joined(separator: ",")): \(ClusterConnection.explain(error))")
             }
             logger.info("cluster node", metadata: ["node": "\(options.nodeID)", "shards": "\(options.shards)", "replicas": "\(options.replicas)"])

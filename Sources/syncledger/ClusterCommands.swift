@@ -8,8 +8,8 @@ import SyncLedgerServer
 struct ClusterCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cluster",
-        abstract: "A cluster's nodes, shard owners and lag; a ledger moved into a new cluster, a shard exported out (docs/cluster.md).",
-        subcommands: [ClusterStatus.self, ClusterImport.self, ClusterExport.self])
+        abstract: "A cluster's nodes, shard owners and lag; a ledger moved into a new cluster, a shard exported out; the OpenID signing key rotated (docs/cluster.md).",
+        subcommands: [ClusterStatus.self, ClusterImport.self, ClusterExport.self, ClusterRotateIdentityKey.self])
 }
 
 /// The JetStream cluster's servers.
@@ -17,6 +17,19 @@ struct ClusterServers: ParsableArguments {
     @Option(name: .customLong("cluster"), help: "The nats-servers of the cluster's JetStream, nats://HOST:PORT[,…] (tls://HOST:PORT: TLS required).")
     var cluster: String
     @OptionGroup(title: "NATS credentials and TLS") var nats: NATSFlags
+    @Option(help: "A file holding the cluster secret the nodes share (not readable by others; or env SYNCLEDGER_CLUSTER_SECRET; default: the admin secret, env SYNCLEDGER_SECRET_ACCESS_KEY): import seals its messages with it, export and status check what they read.")
+    var clusterSecretFile: String?
+
+    /// The cluster's keys, when a secret is given.
+    var keys: ClusterKeys? {
+        get throws {
+            if let clusterSecretFile { return ClusterKeys(secret: try NATSFlags.secret(file: clusterSecretFile, what: "--cluster-secret-file")) }
+            let environment = ProcessInfo.processInfo.environment
+            guard let secret = [environment["SYNCLEDGER_CLUSTER_SECRET"], environment["SYNCLEDGER_SECRET_ACCESS_KEY"]]
+                .compactMap({ $0 }).first(where: { !$0.isEmpty }) else { return nil }
+            return ClusterKeys(secret: secret)
+        }
+    }
 
     var servers: [String] {
         get throws {
@@ -45,7 +58,7 @@ struct ClusterServers: ParsableArguments {
 
     func connect() async throws -> ClusterAdmin {
         let connection = try nats.connection()
-        do { return try await ClusterAdmin.connect(servers: try servers, connection: connection) } catch let error as ValidationError { throw error } catch {
+        do { return try await ClusterAdmin.connect(servers: try servers, connection: connection, keys: try keys) } catch let error as ValidationError { throw error } catch {
             throw CLIError("cannot reach the cluster at \(cluster.prefix(200)): \(ClusterConnection.explain(error))")
         }
     }
@@ -68,6 +81,15 @@ struct ClusterStatus: AsyncParsableCommand {
             return
         }
         print("\(report.shardCount) shards, \(report.nodes.count) live node(s)")
+        if !report.verified {
+            print("(leases and node records not verified: give the cluster secret to check them)")
+        } else if report.forgedRecords > 0 {
+            print("\(report.forgedRecords) lease value(s) or node record(s) without a valid MAC were left out (forged, or written by another cluster)")
+        }
+        let rejected = report.rejectedMessages.filter { $0.value > 0 }
+        if !rejected.isEmpty {
+            print("unauthenticated shard messages skipped: " + rejected.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }.joined(separator: " "))
+        }
         for (node, url) in report.nodes.sorted(by: { $0.key < $1.key }) {
             print("  \(node)  \(url)  owns \(report.shards.filter { $0.owner == node }.count)")
         }
@@ -136,7 +158,30 @@ struct ClusterExport: AsyncParsableCommand {
         let result = try await servers.run { admin, bar in
             try await admin.exportShard(shard, to: out) { done, total in bar.update("exporting", done: done, of: total, unit: "messages") }
         }
-        print("exported shard \(shard): \(result.entries) entries in \(result.files) segment files in \(out)")
+        print("exported shard \(shard): \(result.entries) entries in \(result.files) segment files in \(out)"
+              + (result.skipped > 0 ? " (\(result.skipped) unauthenticated message(s) left out)" : ""))
+    }
+}
+
+struct ClusterRotateIdentityKey: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rotate-identity-key",
+        abstract: "Move the cluster's OpenID signing key to its next generation; the current key stays in the JWKS and is accepted for --overlap-hours more.",
+        discussion: """
+            Every node derives each generation's key from the cluster secret, so nothing secret is stored \
+            in NATS: this moves the generation number, and each node signs with the new key within a \
+            second or two. Tokens signed before stay valid while the overlap lasts (they live at most 24 h). \
+            See docs/identity.md.
+            """)
+    @OptionGroup var servers: ClusterServers
+    @Option(help: "Hours the previous key is still listed and accepted (1-720; tokens live up to 24 h).") var overlapHours = 24.0
+
+    func run() async throws {
+        guard overlapHours >= 1, overlapHours <= 720 else { throw ValidationError("--overlap-hours must be 1 to 720") }
+        let generation = try await servers.run { admin, _ in
+            try await admin.rotateIdentityKey(overlap: .seconds(Int64(overlapHours * 3600)))
+        }
+        print("the cluster's OpenID signing key is at generation \(generation.current); generation \(generation.previous ?? 0) is accepted until \(generation.previousUntil.map { "\($0)" } ?? "-")")
     }
 }
 

@@ -36,6 +36,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds between two checks of the leader's signed digest (0-86400).") var followDigestInterval = 60.0
     @Option(help: "Run as a node of a cluster: the nats-servers of its JetStream cluster, nats://HOST:PORT[,…]. Writes are committed to their shard's replicated stream before they are acknowledged. Every node needs the same SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY. See docs/cluster.md.") var cluster: String?
     @Option(help: "Shards of the cluster (1-4096), fixed when it is created: every node names the same count.") var shards = 64
+    @Option(help: "A file holding a secret every node of the cluster shares (not readable by others; or env SYNCLEDGER_CLUSTER_SECRET; default: the admin secret), from which the keys authenticating shard messages, leases and node records, and the cluster's OpenID signing key, are derived. Give it to `syncledger cluster` commands too.") var clusterSecretFile: String?
     @Option(help: "Replicas of each shard's JetStream stream and of the cluster's KV buckets (1-5).") var clusterReplicas = 3
     @Option(help: "This node's name in the cluster, unique among its nodes (letters, digits, - and _; default: the host name and port).") var nodeId: String?
     @Option(help: "Seconds a shard's lease lasts without renewal (1-300): how soon another node takes the shards of a node that died.") var leaseSeconds = 6.0
@@ -121,6 +122,8 @@ struct Serve: AsyncParsableCommand {
             options.replicas = clusterReplicas
             options.leaseTime = Self.duration(leaseSeconds)
             options.connection = try nats.connection()
+            options.secret = try clusterSecretFile.map { try NATSFlags.secret(file: $0, what: "--cluster-secret-file") }
+                ?? environment["SYNCLEDGER_CLUSTER_SECRET"].flatMap { $0.isEmpty ? nil : $0 }
             config.cluster = options
         } else if nats.isGiven {
             throw ValidationError("the --nats-* options are for a cluster node: give --cluster too")

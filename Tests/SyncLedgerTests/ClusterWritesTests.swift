@@ -239,6 +239,21 @@ import SyncLedgerTestSupport
         }
     }
 
+    @Test func aSkippedMessageMovesTheCheckpointInOrderAndAppliesNothing() async throws {
+        try await withLedger { replica in
+            let before = try replica.headsDigest()
+            #expect(try await replica.skipShardMessage(shard: 2, sequence: 1))
+            #expect(try await !replica.skipShardMessage(shard: 2, sequence: 1), "already passed")
+            await expectLedgerError(.invalidParameter) { try await replica.skipShardMessage(shard: 2, sequence: 3) }
+            #expect(try replica.shardCheckpoint(2) == 1)
+            #expect(try replica.headsDigest().digest == before.digest)
+            #expect(try replica.shardFence(2) == nil, "a skipped message is no fence")
+            // The next message applies after it.
+            #expect(try await replica.applyShardFence(Array("node-b".utf8), shard: 2, sequence: 2))
+            #expect(try replica.shardCheckpoint(2) == 2)
+        }
+    }
+
     @Test func theShardMapIsFixedAndSpreadsIdentities() throws {
         let map = try ShardMap(count: 64)
         // Fixed values (SHA-256 of "pool\0identity", first 8 bytes big-endian, mod 64, as

@@ -18,6 +18,9 @@ SHARDS = 4
 
 
 def run(*args, env=None, timeout=120):
+    # `cluster import` and `export` seal and check messages with the cluster secret (here the
+    # admin secret the nodes share).
+    env = env or dict(os.environ, SYNCLEDGER_SECRET_ACCESS_KEY=ADMIN_SECRET)
     out = subprocess.run([BINARY, *args], capture_output=True, timeout=timeout, env=env)
     return out.returncode, out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace")
 

@@ -151,6 +151,23 @@ extension Ledger {
         }
     }
 
+    /// Passes over message `sequence` of `shard`'s log without applying anything of it — a
+    /// message that failed the cluster's authentication (published by someone without the
+    /// cluster secret) — in order with the others: only the checkpoint moves, so the shard's
+    /// tail goes on after it.
+    ///
+    /// - Returns: false when the checkpoint was already there (nothing changed).
+    /// - Throws: `.invalidParameter` when it is not the next message.
+    @discardableResult
+    public func skipShardMessage(shard: Int, sequence: UInt64) async throws -> Bool {
+        try await writeLocal { [self] txn in
+            guard try isNextShardMessage(txn, shard, sequence) else { return false }
+            try noteIndexStart(txn, shard: shard, sequence: sequence)
+            try txn.put(schema.meta, key: Self.shardCheckpointKey(shard), value: .bigEndian(sequence))
+            return true
+        }
+    }
+
     /// The latest fence applied for `shard`: its sequence in the shard's log and its note.
     public func shardFence(_ shard: Int) throws -> (sequence: UInt64, note: [UInt8])? {
         try read { txn in

@@ -25,20 +25,38 @@ extension Ledger {
         SHA256.hash(data: key.publicKey.rawRepresentation).prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 
-    /// The public key that verifies this server's OpenID tokens, as a JWKS document.
-    public func openIdKeys() throws -> [String: Any] {
+    /// The key that signs new OpenID tokens and its id: the cluster's current generation
+    /// (``LedgerOptions/identityKeyring``), or this node's own key.
+    func openIdSigningKey() throws -> (kid: String, key: P256.Signing.PrivateKey) {
+        if let keyring = options.identityKeyring { return keyring.signing }
         let key = try identitySigningKey()
-        let raw = Array(key.publicKey.rawRepresentation)  // x ‖ y, 32 bytes each
-        return ["keys": [["kty": "EC", "crv": "P-256", "alg": "ES256", "use": "sig", "kid": identityKeyID(key),
-                          "x": Base64URL.string(raw[0..<32]), "y": Base64URL.string(raw[32..<64])]]]
+        return (identityKeyID(key), key)
+    }
+
+    /// The public keys that verify this server's OpenID tokens, as a JWKS document: on a
+    /// cluster the current generation's and, during a rotation's overlap, the previous one's
+    /// (the same document on every node).
+    public func openIdKeys() throws -> [String: Any] {
+        var keys: [(kid: String, key: P256.Signing.PublicKey)] = []
+        if let keyring = options.identityKeyring {
+            keys = keyring.listed(at: options.clock()).map { (keyring.keyID($0), keyring.key($0).publicKey) }
+        } else {
+            let key = try identitySigningKey()
+            keys = [(identityKeyID(key), key.publicKey)]
+        }
+        return ["keys": keys.map { kid, key -> [String: Any] in
+            let raw = Array(key.rawRepresentation)  // x ‖ y, 32 bytes each
+            return ["kty": "EC", "crv": "P-256", "alg": "ES256", "use": "sig", "kid": kid,
+                    "x": Base64URL.string(raw[0..<32]), "y": Base64URL.string(raw[32..<64])]
+        }]
     }
 
     /// An OpenID token for `identity` of `pool`, valid for `duration` (ES256, this server's key):
     /// `iss` Cognito's issuer, `sub` the identity, `aud` the pool, `amr` how it signed in.
     public func openIdToken(pool: IdentityPoolID, identity: String, logins: [String], duration: Duration) throws -> String {
-        let key = try identitySigningKey()
+        let (kid, key) = try openIdSigningKey()
         let now = options.clock()
-        let header: [String: Any] = ["alg": "ES256", "typ": "JWT", "kid": identityKeyID(key)]
+        let header: [String: Any] = ["alg": "ES256", "typ": "JWT", "kid": kid]
         let claims: [String: Any] = ["iss": Self.openIdIssuer, "sub": identity, "aud": pool.rawValue,
                                      "amr": logins.isEmpty ? ["unauthenticated"] : ["authenticated"] + logins,
                                      "iat": now.milliseconds / 1000, "exp": now.adding(duration).milliseconds / 1000]
@@ -46,6 +64,14 @@ extension Ledger {
         let c = try JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys, .withoutEscapingSlashes])
         let input = Base64URL.string(Array(h)) + "." + Base64URL.string(Array(c))
         return input + "." + Base64URL.string(Array(try key.signature(for: Array(input.utf8)).rawRepresentation))
+    }
+
+    /// The key that verifies a token whose header is `header`: on a cluster, the generation its
+    /// `kid` names when that generation is accepted now; else this node's own key.
+    private func openIdVerifyingKey(_ header: [String: Any]) throws -> P256.Signing.PublicKey? {
+        guard let keyring = options.identityKeyring else { return try identitySigningKey().publicKey }
+        guard let kid = header["kid"] as? String else { return nil }
+        return keyring.verifying(kid: kid, at: options.clock())
     }
 
     /// The pool and identity of an OpenID token this server signed and that has not expired;
@@ -57,8 +83,7 @@ extension Ledger {
               let signatureBytes = Base64URL.decode(Array(parts[2].utf8)[...]),
               let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any], header["alg"] as? String == "ES256",
               let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else { return nil }
-        let key = try identitySigningKey()
-        guard key.publicKey.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8)),
+        guard let key = try openIdVerifyingKey(header), key.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8)),
               let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any],
               claims["iss"] as? String == Self.openIdIssuer, let sub = claims["sub"] as? String, let aud = claims["aud"] as? String,
               let exp = (claims["exp"] as? NSNumber)?.int64Value, options.clock().milliseconds < exp * 1000,

@@ -62,6 +62,11 @@ public struct LedgerOptions: Sendable {
     /// a cluster's nodes derive one from their shared admin secret, so a token one node issued
     /// verifies on every other. Nil (default): the key kept in the secret store.
     public var tokenKey: [UInt8]?
+    /// The keys that sign Cognito Identity's OpenID tokens, when they must be shared: a
+    /// cluster's nodes derive them from the cluster secret, so every node serves the same JWKS
+    /// and a token outlives the registry shard's move. Nil (default): the key kept in the
+    /// secret store (one node's own).
+    public var identityKeyring: IdentityKeyring?
     /// On a cluster, how long an identity merge waits for the survivor's shard owner to make its
     /// copies before it answers (they are made all the same afterwards).
     public var mergeCopyWait: Duration = .seconds(5)

@@ -17,6 +17,7 @@ extension CognitoAPI {
         w.member("OwnedHere", int: shards.filter(\.ownedHere).count)
         w.member("HeadsDigest", heads.digest.map { byte in String(byte, radix: 16).count == 1 ? "0" + String(byte, radix: 16) : String(byte, radix: 16) }.joined())
         w.key("Streams"); w.int(heads.streams)
+        w.key("ForgedRecords"); w.int(cluster.counters.forgedRecords)
         w.key("Shards"); w.beginArray()
         for shard in shards {
             w.beginObject()
@@ -29,6 +30,9 @@ extension CognitoAPI {
             w.key("Appended"); w.int(shard.appended)
             w.key("Behind"); w.int(shard.behind)
             w.key("Retried"); w.int(shard.retried)
+            w.key("Rejected"); w.int(shard.rejected)
+            w.key("StaleFences"); w.int(shard.staleFences)
+            w.member("LastRejected", shard.lastRejected)
             w.member("Failure", shard.failure)
             w.endObject()
         }

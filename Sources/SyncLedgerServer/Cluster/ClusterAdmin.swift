@@ -7,15 +7,27 @@ public import SyncLedger
 public struct ClusterAdmin: Sendable {
     let client: NATSClient
     let jetStream: JetStreamContext
+    /// The cluster's keys, from its secret: needed to import (every message is sealed), to export
+    /// (only authenticated messages are written) and for status to tell forged leases and node
+    /// records apart (without them, status shows them unverified).
+    let sealing: ClusterSealing?
 
-    /// Connects to the cluster's nats-servers with `connection`'s credentials and TLS.
-    public static func connect(servers: [String], connection: ClusterConnection = ClusterConnection()) async throws -> ClusterAdmin {
+    /// Connects to the cluster's nats-servers with `connection`'s credentials and TLS; `keys`:
+    /// the cluster's keys, when its secret is known.
+    public static func connect(servers: [String], connection: ClusterConnection = ClusterConnection(), keys: ClusterKeys?) async throws -> ClusterAdmin {
         var options = NATSClientOptions(servers: servers)
         options.name = "syncledger-cluster-admin"
         try connection.apply(to: &options)
         options.maxReconnectAttempts = 3
         let client = try await NATSClient.connect(options)
-        return ClusterAdmin(client: client, jetStream: JetStreamContext(client: client))
+        return ClusterAdmin(client: client, jetStream: JetStreamContext(client: client), sealing: keys.map(ClusterSealing.init))
+    }
+
+    private func requireSealing(_ what: String) throws -> ClusterSealing {
+        guard let sealing else {
+            throw LedgerError(.invalidParameter, "\(what) needs the cluster secret: set SYNCLEDGER_CLUSTER_SECRET (or --cluster-secret-file) as the nodes have it, or SYNCLEDGER_SECRET_ACCESS_KEY when they derive it from the admin secret")
+        }
+        return sealing
     }
 
     /// Disconnects.
@@ -57,6 +69,13 @@ public struct ClusterAdmin: Sendable {
     public struct Report: Sendable, Codable {
         public var shardCount: Int
         public var nodes: [String: String]
+        /// Whether leases and node records were checked against the cluster's key (false: no
+        /// secret was given, and a forged one would show as it is).
+        public var verified: Bool
+        /// Lease values and node records in the bucket whose MAC did not match (left out above).
+        public var forgedRecords: Int
+        /// Per live node: messages of the shards' streams it skipped as not authenticated.
+        public var rejectedMessages: [String: UInt64]
         public var shards: [Shard]
         public var streamCursors: [StreamTarget]
         public var messageConsumers: [Consumer]
@@ -73,12 +92,22 @@ public struct ClusterAdmin: Sendable {
         }
         var nodes: [String: NodeRecord] = [:]
         var owners: [Int: String] = [:]
+        var forged = 0
+        /// A record's body: checked with the cluster's key when given; else as it is, skipping the MAC.
+        func body(_ value: [UInt8], key: String) -> Data? {
+            guard let sealing else { return value.count > 65 && value[64] == UInt8(ascii: ".") ? Data(value[65...]) : nil }
+            guard let opened = sealing.keys.openRecord(value, bucket: ClusterNames.leases, key: key) else {
+                forged += 1
+                return nil
+            }
+            return Data(opened)
+        }
         for key in try await bucket.keys() {
             guard let entry = try await bucket.get(key) else { continue }
             if key.hasPrefix("node.") {
-                nodes[String(key.dropFirst(5))] = try? JSONDecoder().decode(NodeRecord.self, from: Data(entry.value))
+                nodes[String(key.dropFirst(5))] = body(entry.value, key: key).flatMap { try? JSONDecoder().decode(NodeRecord.self, from: $0) }
             } else if key.hasPrefix("shard."), let shard = Int(key.dropFirst(6)),
-                      let holder = try? JSONDecoder().decode(LeaseHolder.self, from: Data(entry.value)) {
+                      let holder = body(entry.value, key: key).flatMap({ try? JSONDecoder().decode(LeaseHolder.self, from: $0) }) {
                 owners[shard] = holder.node
             }
         }
@@ -114,7 +143,8 @@ public struct ClusterAdmin: Sendable {
                 consumers.append(Consumer(name: c.name, positions: c.positions, acknowledged: c.acknowledged, expired: c.expired, updated: c.updated, behind: behind))
             }
         }
-        return Report(shardCount: count, nodes: nodes.mapValues(\.url), shards: shards, streamCursors: cursors, messageConsumers: consumers)
+        return Report(shardCount: count, nodes: nodes.mapValues(\.url), verified: sealing != nil, forgedRecords: forged,
+                      rejectedMessages: nodes.compactMapValues(\.rejected), shards: shards, streamCursors: cursors, messageConsumers: consumers)
     }
 
     // MARK: Import
@@ -142,6 +172,7 @@ public struct ClusterAdmin: Sendable {
     /// already has a consumer of a name the ledger's consumers use.
     public func importLedger(_ ledger: Ledger, shards: ShardMap, replicas: Int, leaseTime: Duration,
                              progress: @Sendable (UInt64, UInt64) -> Void) async throws -> ImportReport {
+        let sealing = try requireSealing("cluster import")
         let verification = try ledger.verify()
         if let problem = verification.problem {
             throw LedgerError(.corruptData, "the ledger does not verify, so it is not imported: \(problem)")
@@ -157,13 +188,11 @@ public struct ClusterAdmin: Sendable {
         report.consumers = try await carryConsumers(of: ledger, shards: shards, into: buckets.consumers)
         let total = try ledger.lastSequence
         var last = [UInt64](repeating: 0, count: shards.count)
-        var headers = NATSHeaders()
-        headers[ClusterNames.kindHeader] = ClusterNames.entriesKind
-        headers[ClusterNames.nodeHeader] = "import"
         var position: UInt64 = 0
         while let segment = try ledger.feedSegment(after: position, maxBytes: Self.importSegmentBytes) {
             for (shard, entries) in Self.byShard(segment, shards) {
                 let payload = try Segment(scope: .feed, entries: entries).encoded()
+                let headers = sealing.headers(shard: shard, kind: ClusterNames.entriesKind, node: "import", payload: payload)
                 let id = "i-" + (entries.last?.hash ?? []).map { String(format: "%02x", $0) }.joined()
                 let ack = try await jetStream.publish(ClusterNames.subject(shard), payload: payload, headers: headers, messageID: id,
                                                       expectedLastSequence: last[shard], expectedStream: ClusterNames.stream(shard), timeout: .seconds(10))
@@ -224,8 +253,10 @@ public struct ClusterAdmin: Sendable {
 
     /// Writes the entries of shard `shard`'s stream as segment files in `directory`
     /// (`shard-S-SEQ.slseg`, one per message; fences are left out), which `syncledger import`
-    /// merges into a single-node ledger. Returns (files, entries).
-    public func exportShard(_ shard: Int, to directory: String, progress: @Sendable (UInt64, UInt64) -> Void) async throws -> (files: Int, entries: Int) {
+    /// merges into a single-node ledger; messages not authenticated by the cluster's key are
+    /// left out too (and counted). Returns (files, entries, skipped).
+    public func exportShard(_ shard: Int, to directory: String, progress: @Sendable (UInt64, UInt64) -> Void) async throws -> (files: Int, entries: Int, skipped: Int) {
+        let sealing = try requireSealing("cluster export")
         guard let count = try await ClusterSetup.shardCount(jetStream) else {
             throw LedgerError(.notFound, "no SyncLedger cluster on these servers")
         }
@@ -236,12 +267,19 @@ public struct ClusterAdmin: Sendable {
         let last = info.state.lastSeq
         var files = 0
         var entries = 0
+        var skipped = 0
         var sequence: UInt64 = 1
         while sequence <= last {
             guard let message = try await jetStream.getMessage(stream: ClusterNames.stream(shard), sequence: sequence) else {
                 throw LedgerError(.corruptData, "shard \(shard)'s stream lacks message \(sequence) of 1-\(last)")
             }
-            if message.headers?[ClusterNames.kindHeader] != ClusterNames.fenceKind {
+            let opened: ShardMessage
+            do { opened = try sealing.open(message, shard: shard) } catch is UnauthenticatedShardMessage {
+                (skipped, sequence) = (skipped + 1, sequence + 1)
+                progress(sequence - 1, last)
+                continue
+            }
+            if case .entries = opened {
                 let segment = try Segment.decode(message.payload)
                 let path = (directory as NSString).appendingPathComponent(String(format: "shard-%04d-%016llu.slseg", shard, sequence))
                 guard FileManager.default.createFile(atPath: path, contents: Data(message.payload), attributes: [.posixPermissions: 0o600]) else {
@@ -253,6 +291,6 @@ public struct ClusterAdmin: Sendable {
             progress(sequence, last)
             sequence += 1
         }
-        return (files, entries)
+        return (files, entries, skipped)
     }
 }

@@ -26,8 +26,9 @@ public final class ClusterNode: Sendable {
     private let tasks = Mutex<[Task<Void, Never>]>([])
 
     /// Joins the cluster: fails when the JetStream cluster cannot be reached, or when it was
-    /// created with another shard count.
-    public static func start(_ options: ClusterOptions, ledger: Ledger, logger: Logger) async throws -> ClusterNode {
+    /// created with another shard count. `keys` (from the cluster secret) seal and open every
+    /// shard message, lease and node record.
+    public static func start(_ options: ClusterOptions, keys: ClusterKeys, ledger: Ledger, logger: Logger) async throws -> ClusterNode {
         let shards = try ShardMap(count: options.shards)
         var natsOptions = NATSClientOptions(servers: options.servers)
         natsOptions.name = "syncledger-\(options.nodeID)"
@@ -41,13 +42,22 @@ public final class ClusterNode: Sendable {
             let ownership = ShardOwnership()
             let counters = ShardCounters()
             let bucket = buckets.leases
-            let log = JetStreamShardLog(shards: shards, nodeID: options.nodeID, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters, timeout: options.appendTimeout)
+            let sealing = ClusterSealing(keys: keys)
+            let log = JetStreamShardLog(shards: shards, nodeID: options.nodeID, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters,
+                                        sealing: sealing, timeout: options.appendTimeout)
             let node = ClusterNode(
                 options: options, shards: shards, client: client, jetStream: jetStream, ownership: ownership, counters: counters, log: log,
-                leases: ShardLeases(options: options, shards: shards, ledger: ledger, jetStream: jetStream, bucket: bucket, ownership: ownership, log: log, logger: logger),
-                tail: ShardTail(shards: shards, nodeID: options.nodeID, ledger: ledger, jetStream: jetStream, ownership: ownership, counters: counters, logger: logger),
+                leases: ShardLeases(options: options, shards: shards, ledger: ledger, jetStream: jetStream, bucket: bucket, ownership: ownership, log: log,
+                                    counters: counters, logger: logger),
+                tail: ShardTail(shards: shards, nodeID: options.nodeID, ledger: ledger, jetStream: jetStream, ownership: ownership, counters: counters,
+                                sealing: sealing, logger: logger),
                 bucket: bucket, streamCursors: ClusterStreamCursors(bucket: buckets.streams),
                 consumers: ClusterConsumers(bucket: buckets.consumers, map: shards, lastSequence: { try await log.lastSequence($0) }))
+            if let keyring = ledger.options.identityKeyring {
+                // Sign with the cluster's generation from the first request on.
+                _ = try await ClusterIdentityKey.follow(buckets.settings, sealing: sealing, keyring: keyring, counters: counters)
+                node.tasks.withLock { $0.append(Task { await node.followIdentityKey(keyring, settings: buckets.settings, logger: logger) }) }
+            }
             ledger.bindCluster(log)
             node.tasks.withLock { tasks in
                 tasks.append(Task { await node.tail.run() })
@@ -187,6 +197,10 @@ public final class ClusterNode: Sendable {
         family("syncledger_shard_appends_total", "Writes this node appended to the shard's stream.", "counter") { $0.appended }
         family("syncledger_shard_behind_total", "Appends refused because the stream had moved on (caught up and prepared again).", "counter") { $0.behind }
         family("syncledger_shard_publish_retries_total", "Publishes sent again after a timeout or a lost connection.", "counter") { $0.retried }
+        family("syncledger_shard_rejected_messages_total", "Messages of the shard's stream skipped because they were not authenticated by the cluster's key.", "counter") { $0.rejected }
+        family("syncledger_shard_stale_fences_total", "Authenticated fences older than this node's lease of the shard (replayed), not obeyed.", "counter") { $0.staleFences }
+        text += "# HELP syncledger_cluster_forged_records_total Lease values and node records read from the lease bucket without a valid MAC (ignored).\n"
+        text += "# TYPE syncledger_cluster_forged_records_total counter\nsyncledger_cluster_forged_records_total \(counters.forgedRecords)\n"
         return text
     }
 
@@ -210,7 +224,8 @@ public final class ClusterNode: Sendable {
             let counts = counters.get(shard)
             result.append(ShardStatus(shard: shard, lastSequence: last, applied: applied, owner: owners[shard],
                                       ownedHere: ownership.owns(shard), appended: counts.appended, behind: counts.behind,
-                                      retried: counts.retried, failure: counts.failure))
+                                      retried: counts.retried, rejected: counts.rejected, staleFences: counts.staleFences,
+                                      lastRejected: counts.lastRejected, failure: counts.failure))
         }
         return result
     }
@@ -228,6 +243,10 @@ struct ShardStatus: Sendable {
     let appended: UInt64
     let behind: UInt64
     let retried: UInt64
+    /// Messages skipped as not authenticated, and what the last one was.
+    let rejected: UInt64
+    let staleFences: UInt64
+    let lastRejected: String?
     let failure: String?
     /// Messages the replica has yet to apply.
     var lag: UInt64? { lastSequence.map { $0 > applied ? $0 - applied : 0 } }

@@ -20,6 +20,10 @@ public struct ClusterOptions: Sendable {
     public var appendTimeout: Duration = .seconds(10)
     /// Credentials and TLS for the nats-servers.
     public var connection = ClusterConnection()
+    /// The secret every node of the cluster shares, from which the keys authenticating shard
+    /// messages, leases and node records and the OpenID signing key are derived
+    /// (``ClusterKeys``; `--cluster-secret-file`); nil: the shared admin secret.
+    public var secret: String?
 
     /// Options for a node `nodeID` reachable at `nodeURL`.
     public init(servers: [String], nodeID: String, nodeURL: String? = nil) {
@@ -72,4 +76,6 @@ struct NodeRecord: Codable, Sendable, Equatable {
     var url: String
     var applied: [UInt64]
     var owned: [Int]
+    /// Messages of its shards' streams it skipped as not authenticated, in all.
+    var rejected: UInt64?
 }

@@ -12,6 +12,8 @@ struct ClusterBuckets: Sendable {
     let streams: KeyValue
     /// Device-message consumers (``ClusterConsumers``).
     let consumers: KeyValue
+    /// The cluster's fixed settings (the shard count) and the OpenID key's generation (``ClusterIdentityKey``).
+    let settings: KeyValue
 }
 
 enum ClusterSetup {
@@ -37,14 +39,17 @@ enum ClusterSetup {
     /// - Throws: ``StartupError`` when the cluster was created with another shard count.
     static func prepare(_ jetStream: JetStreamContext, shards: ShardMap, replicas: Int, leaseTime: Duration) async throws -> ClusterBuckets {
         let settings = try await keyValue(jetStream, ClusterNames.settings, replicas: replicas, ttl: nil)
+        var created = false
         do {
             _ = try await settings.create("shards", Array("\(shards.count)".utf8))
+            created = true
         } catch {
             guard let stored = try await settings.get("shards"), let count = Int(String(decoding: stored.value, as: UTF8.self)) else { throw error }
             guard count == shards.count else {
                 throw StartupError("the cluster was created with \(count) shards, not \(shards.count): give --shards \(count)")
             }
         }
+        try await checkFormat(jetStream, settings, shards: shards, created: created)
         let bucket = try await keyValue(jetStream, ClusterNames.leases, replicas: replicas, ttl: leaseTime)
         let streams = try await keyValue(jetStream, ClusterNames.streamCursors, replicas: replicas, ttl: nil)
         let consumers = try await keyValue(jetStream, ClusterNames.consumers, replicas: replicas, ttl: nil)
@@ -59,7 +64,33 @@ enum ClusterSetup {
             config.maxMsgSize = 64 << 20
             _ = try await jetStream.createStream(config)
         }
-        return ClusterBuckets(leases: bucket, streams: streams, consumers: consumers)
+        return ClusterBuckets(leases: bucket, streams: streams, consumers: consumers, settings: settings)
+    }
+
+    /// The format of a cluster's messages: 2 since shard messages, leases and node records
+    /// carry a MAC (``ClusterKeys``). Kept in the settings bucket (`format`).
+    static let format = "2"
+
+    /// Marks a new cluster with ``format``; refuses one an earlier version made (it has shard
+    /// messages and no mark: none of them is authenticated, so every node would skip them all)
+    /// or a later version.
+    private static func checkFormat(_ jetStream: JetStreamContext, _ settings: KeyValue, shards: ShardMap, created: Bool) async throws {
+        if let stored = try await settings.get("format") {
+            let found = String(decoding: stored.value, as: UTF8.self)
+            guard found == format else {
+                throw StartupError("the cluster's messages are in format \(found.prefix(20)), which this version (format \(format)) cannot read")
+            }
+            return
+        }
+        if !created {
+            for shard in 0..<shards.count {
+                let last = try await jetStream.streamInfo(ClusterNames.stream(shard))?.state.lastSeq ?? 0
+                guard last == 0 else {
+                    throw StartupError("this cluster was made by an earlier SyncLedger whose shard messages are not authenticated (shard \(shard) holds \(last)); move it to an authenticated cluster as docs/cluster.md#upgrading-a-cluster-made-before-authentication says")
+                }
+            }
+        }
+        do { _ = try await settings.create("format", Array(format.utf8)) } catch where error is KeyValueError {}
     }
 
     /// The shard count a cluster was created with (nil: no cluster there yet).

@@ -40,11 +40,22 @@ final class ShardCounters: Sendable {
         var behind: UInt64 = 0
         var retried: UInt64 = 0
         var applied: UInt64 = 0
+        /// Messages skipped because they were not authenticated (``UnauthenticatedShardMessage``).
+        var rejected: UInt64 = 0
+        /// Fences authenticated but older than this node's own lease (replayed), not obeyed.
+        var staleFences: UInt64 = 0
+        var lastRejected: String?
         var failure: String?
     }
     private let shards = Mutex<[Int: Shard]>([:])
     func update(_ shard: Int, _ body: (inout Shard) -> Void) { shards.withLock { body(&$0[shard, default: Shard()]) } }
     func get(_ shard: Int) -> Shard { shards.withLock { $0[shard] ?? Shard() } }
+
+    /// Lease values and node records read from the lease bucket that were not authenticated
+    /// (ignored: never forwarded to, never counted as a node).
+    private let forged = Mutex<UInt64>(0)
+    func noteForgedRecord() { forged.withLock { $0 += 1 } }
+    var forgedRecords: UInt64 { forged.withLock { $0 } }
 }
 
 /// The ledger's ``ShardLog`` on JetStream: shard `n` is stream `SYNCLEDGER_SHARD_n` (file
@@ -60,9 +71,12 @@ final class JetStreamShardLog: ShardLog {
     private let counters: ShardCounters
     private let timeout: Duration
     private let nodeID: String
+    let sealing: ClusterSealing
 
-    init(shards: ShardMap, nodeID: String, jetStream: JetStreamContext, leases: KeyValue, ownership: ShardOwnership, counters: ShardCounters, timeout: Duration) {
+    init(shards: ShardMap, nodeID: String, jetStream: JetStreamContext, leases: KeyValue, ownership: ShardOwnership, counters: ShardCounters,
+         sealing: ClusterSealing, timeout: Duration) {
         self.shards = shards
+        self.sealing = sealing
         self.nodeID = nodeID
         self.jetStream = jetStream
         self.leases = leases
@@ -76,9 +90,7 @@ final class JetStreamShardLog: ShardLog {
             throw ShardOwnedElsewhere(shard: shard, owner: try? await holder(of: shard))
         }
         let payload = try segment.encoded()
-        var headers = NATSHeaders()
-        headers[ClusterNames.kindHeader] = ClusterNames.entriesKind
-        headers[ClusterNames.nodeHeader] = nodeID  // who wrote it, for operators and audits
+        let headers = sealing.headers(shard: shard, kind: ClusterNames.entriesKind, node: nodeID, payload: payload)
         // The same prepared write always has the same id; two different writes never do (the
         // last entry's hash chains to everything before it in its stream).
         let messageID = "e-" + (segment.entries.last?.hash ?? []).map { String(format: "%02x", $0) }.joined()
@@ -95,9 +107,11 @@ final class JetStreamShardLog: ShardLog {
                 return ack.sequence
             } catch let error as JetStreamAPIError where error.isWrongLastSequence {
                 // Either another message got in first, or this very message did on an earlier
-                // try whose answer was lost: read the stream to tell.
+                // try whose answer was lost: read the stream to tell (by its bytes and MAC, not
+                // only its id, which anyone on the bus could copy).
                 if let stored = try? await jetStream.getMessage(stream: ClusterNames.stream(shard), sequence: after + 1),
-                   stored.headers?["Nats-Msg-Id"] == messageID {
+                   stored.headers?["Nats-Msg-Id"] == messageID, stored.payload == payload,
+                   stored.headers?[ClusterSealing.macHeader] == headers[ClusterSealing.macHeader] {
                     counters.update(shard) { $0.appended += 1 }
                     return after + 1
                 }
@@ -127,9 +141,15 @@ final class JetStreamShardLog: ShardLog {
         return info.state.lastSeq
     }
 
-    /// Who holds shard `n`'s lease now, if anyone.
+    /// Who holds shard `n`'s lease now, if anyone: only a lease value authenticated by the
+    /// cluster's key counts (a forged one is counted and ignored, so no request is ever
+    /// forwarded to a URL that did not come from a node).
     func holder(of shard: Int) async throws -> LeaseHolder? {
         guard let entry = try await leases.get(ClusterNames.lease(shard)) else { return nil }
-        return try? JSONDecoder().decode(LeaseHolder.self, from: Data(entry.value))
+        guard let holder = sealing.openLease(entry.value, shard: shard) else {
+            counters.noteForgedRecord()
+            return nil
+        }
+        return holder
     }
 }

@@ -21,6 +21,7 @@ final class ShardLeases: Sendable {
     let bucket: KeyValue
     let ownership: ShardOwnership
     let log: JetStreamShardLog
+    let counters: ShardCounters
     let logger: Logger
     /// This node's HTTP API, once known (the listening address may be learnt after start).
     let url: Mutex<String?>
@@ -29,7 +30,7 @@ final class ShardLeases: Sendable {
     let takeoverHandlers = Mutex<[@Sendable (Int) -> Void]>([])
 
     init(options: ClusterOptions, shards: ShardMap, ledger: Ledger, jetStream: JetStreamContext, bucket: KeyValue,
-         ownership: ShardOwnership, log: JetStreamShardLog, logger: Logger) {
+         ownership: ShardOwnership, log: JetStreamShardLog, counters: ShardCounters, logger: Logger) {
         self.options = options
         self.shards = shards
         self.ledger = ledger
@@ -37,13 +38,15 @@ final class ShardLeases: Sendable {
         self.bucket = bucket
         self.ownership = ownership
         self.log = log
+        self.counters = counters
         self.logger = logger
         self.url = Mutex(options.nodeURL)
     }
 
-    private var holderValue: [UInt8] {
-        Array((try? JSONEncoder().encode(LeaseHolder(node: options.nodeID, url: url.withLock { $0 } ?? ""))) ?? Data())
-    }
+    private var holder: LeaseHolder { LeaseHolder(node: options.nodeID, url: url.withLock { $0 } ?? "") }
+
+    /// This node's lease value for `shard`, sealed with the cluster's key for that shard's key.
+    private func holderValue(_ shard: Int) -> [UInt8] { log.sealing.sealLease(holder, shard: shard) }
 
     /// Renews, takes and hands back leases until cancelled. Renewals run in a loop of their
     /// own, so a takeover waiting for its replica to catch up never delays them.
@@ -74,19 +77,50 @@ final class ShardLeases: Sendable {
             guard let owned = ownership.get(shard) else { continue }
             let sent = ContinuousClock.now
             do {
-                let revision = try await bucket.update(ClusterNames.lease(shard), holderValue, lastRevision: owned.revision)
+                let revision = try await bucket.update(ClusterNames.lease(shard), holderValue(shard), lastRevision: owned.revision)
                 // Only extend a lease that is still ours: a fence from another node may have
                 // dropped it meanwhile.
                 if ownership.get(shard) != nil {
                     ownership.set(shard, .init(revision: revision, validUntil: sent + validity))
                 }
             } catch {
+                if ContinuousClock.now < owned.validUntil, error.isWrongLastSequence, await restore(shard, sent: sent) { continue }
                 if ContinuousClock.now >= owned.validUntil || error.isWrongLastSequence {
                     ownership.set(shard, nil)
                     logger.warning("lost a shard's lease", metadata: ["shard": "\(shard)", "error": "\(error)"])
                 }
             }
         }
+    }
+
+    /// A lease this node holds, and that is still valid, was changed by someone else: while it
+    /// is valid no node can have taken it (a node takes only a lease that is gone), so the
+    /// change is forged — a value without the cluster's MAC, or one of this node's own values
+    /// put back — or a deletion. Puts this node's value back and keeps the shard. A value of
+    /// another node, authenticated, is left alone (the caller gives the shard up).
+    /// - Returns: whether the lease is this node's again.
+    private func restore(_ shard: Int, sent: ContinuousClock.Instant) async -> Bool {
+        let key = ClusterNames.lease(shard)
+        for _ in 0..<3 {  // the value may be changed again between the read and the write
+            // Handed back meanwhile (the balance loop deleted it): nothing to put back.
+            guard ownership.get(shard) != nil else { return false }
+            guard let entry = try? await bucket.get(key) else {
+                guard let revision = try? await bucket.create(key, holderValue(shard)) else { continue }
+                return keep(shard, revision: revision, sent: sent)
+            }
+            if let other = log.sealing.openLease(entry.value, shard: shard), other.node != options.nodeID { return false }
+            counters.noteForgedRecord()
+            guard let revision = try? await bucket.update(key, holderValue(shard), lastRevision: entry.revision) else { continue }
+            logger.warning("put back a shard's lease someone else had changed", metadata: ["shard": "\(shard)"])
+            return keep(shard, revision: revision, sent: sent)
+        }
+        return false
+    }
+
+    private func keep(_ shard: Int, revision: UInt64, sent: ContinuousClock.Instant) -> Bool {
+        guard ownership.get(shard) != nil else { return false }
+        ownership.set(shard, .init(revision: revision, validUntil: sent + validity))
+        return true
     }
 
     /// Gives up every lease held (a node stopping): each deleted by its revision, so a lease
@@ -109,18 +143,18 @@ final class ShardLeases: Sendable {
     static let readySlack: UInt64 = 1_000
 
     /// Takes free shards up to this node's share (shards ÷ live nodes, rounded up), and hands
-    /// shards back while it holds more than its share (``shardsToHandBack(held:share:nodeKeys:)``).
+    /// shards back while it holds more than its share (``shardsToHandBack(held:share:records:)``).
     func balance() async {
         // Another node forwards to the lease holder's URL: take nothing before it is known.
         guard url.withLock({ $0 }) != nil else { return }
         do {
             try await announce()
-            let nodeKeys = try await bucket.keys().filter { $0.hasPrefix("node.") }
-            let nodes = max(1, nodeKeys.count)
+            let records = try await nodeRecords()
+            let nodes = max(1, records.count)
             let share = (shards.count + nodes - 1) / nodes
             let held = ownership.shards
             if held.count > share {
-                for shard in try await shardsToHandBack(held: held, share: share, nodeKeys: nodeKeys) {
+                for shard in shardsToHandBack(held: held, share: share, records: records) {
                     guard let owned = ownership.get(shard) else { continue }
                     ownership.set(shard, nil)
                     _ = try? await bucket.delete(ClusterNames.lease(shard), lastRevision: owned.revision)
@@ -134,7 +168,7 @@ final class ShardLeases: Sendable {
                 guard wanted > 0, !Task.isCancelled else { break }
                 if let entry = try await bucket.get(ClusterNames.lease(shard)) { _ = entry; continue }
                 let sent = ContinuousClock.now
-                guard let revision = try? await bucket.create(ClusterNames.lease(shard), holderValue) else { continue }
+                guard let revision = try? await bucket.create(ClusterNames.lease(shard), holderValue(shard)) else { continue }
                 if try await takeOver(shard, revision: revision, sent: sent) { wanted -= 1 }
             }
         } catch {
@@ -146,8 +180,25 @@ final class ShardLeases: Sendable {
     /// others count live nodes by these records, and read how far each has applied.
     func announce() async throws {
         guard let nodeURL = url.withLock({ $0 }) else { return }
-        let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid)
-        _ = try await bucket.put(ClusterNames.node(options.nodeID), Array(try JSONEncoder().encode(record)))
+        let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid,
+                                rejected: (0..<shards.count).reduce(0) { $0 + counters.get($1).rejected })
+        _ = try await bucket.put(ClusterNames.node(options.nodeID), log.sealing.sealNode(record, node: options.nodeID))
+    }
+
+    /// The live nodes' records, by key: only those authenticated by the cluster's key for their
+    /// own key (a forged or copied record is counted and left out, so it neither counts as a
+    /// node nor is handed shards), with when each was last put.
+    func nodeRecords() async throws -> [(key: String, record: NodeRecord, created: Date)] {
+        var records: [(key: String, record: NodeRecord, created: Date)] = []
+        for key in try await bucket.keys() where key.hasPrefix("node.") {
+            guard let entry = try await bucket.get(key) else { continue }
+            guard let record = log.sealing.openNode(entry.value, key: key) else {
+                counters.noteForgedRecord()
+                continue
+            }
+            records.append((key, record, entry.created))
+        }
+        return records
     }
 
     /// The shards to hand back this round, holding `held` (more than `share`). For each other
@@ -157,13 +208,12 @@ final class ShardLeases: Sendable {
     /// next round without a long catch-up — and no more than this node has beyond its share.
     /// At least one (the last held), so an excess always shrinks, if only a shard a round (a
     /// node just started, its replica still behind).
-    private func shardsToHandBack(held: [Int], share: Int, nodeKeys: [String]) async throws -> [Int] {
+    private func shardsToHandBack(held: [Int], share: Int, records: [(key: String, record: NodeRecord, created: Date)]) -> [Int] {
         let fresh = options.leaseTime / 3 * 2
         var chosen: [Int] = []
         var remaining = held.count - share
-        for key in nodeKeys where key != ClusterNames.node(options.nodeID) && remaining > 0 {
-            guard let entry = try await bucket.get(key), Duration.seconds(Date().timeIntervalSince(entry.created)) < fresh,
-                  let record = try? JSONDecoder().decode(NodeRecord.self, from: Data(entry.value)), record.owned.count < share else { continue }
+        for (key, record, created) in records where key != ClusterNames.node(options.nodeID) && remaining > 0 {
+            guard Duration.seconds(Date().timeIntervalSince(created)) < fresh, record.owned.count < share else { continue }
             var lacks = share - record.owned.count
             for shard in held.reversed() where lacks > 0 && remaining > 0 && !chosen.contains(shard) && shard < record.applied.count {
                 let here = (try? ledger.shardCheckpoint(shard)) ?? 0
@@ -179,21 +229,24 @@ final class ShardLeases: Sendable {
     /// The lease is renewed while the replica catches up; a takeover that fails hands the lease
     /// back at once, so another node may try.
     private func takeOver(_ shard: Int, revision first: UInt64, sent start: ContinuousClock.Instant) async throws -> Bool {
-        var fence = NATSHeaders()
-        fence[ClusterNames.kindHeader] = ClusterNames.fenceKind
         var revision = first
         var sent = start
         for attempt in 0..<5 {
             if attempt > 0 {
                 let renewing = ContinuousClock.now
-                guard let renewed = try? await bucket.update(ClusterNames.lease(shard), holderValue, lastRevision: revision) else { return false }
+                guard let renewed = try? await bucket.update(ClusterNames.lease(shard), holderValue(shard), lastRevision: revision) else { return false }
                 (revision, sent) = (renewed, renewing)
             }
             guard ContinuousClock.now < sent + validity else { break }
             let last = try await log.lastSequence(shard)
             guard try await ledger.waitForShard(shard, atLeast: last, timeout: validity / 2) else { continue }
             do {
-                let ack = try await jetStream.publish(ClusterNames.subject(shard), payload: holderValue, headers: fence,
+                // The fence names the lease revision it was taken with: a node holding a later
+                // lease ignores it, so a replayed fence takes nothing.
+                let note = FenceNote(node: options.nodeID, url: holder.url, revision: revision)
+                let payload = Array(try JSONEncoder().encode(note))
+                let fence = log.sealing.headers(shard: shard, kind: ClusterNames.fenceKind, node: options.nodeID, payload: payload)
+                let ack = try await jetStream.publish(ClusterNames.subject(shard), payload: payload, headers: fence,
                                                       messageID: "f-\(options.nodeID)-\(shard)-\(revision)", expectedLastSequence: last,
                                                       expectedStream: ClusterNames.stream(shard), timeout: .seconds(2))
                 guard try await ledger.waitForShard(shard, atLeast: ack.sequence, timeout: validity / 2) else { break }

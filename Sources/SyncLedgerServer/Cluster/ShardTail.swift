@@ -14,10 +14,13 @@ final class ShardTail: Sendable {
     let jetStream: JetStreamContext
     let ownership: ShardOwnership
     let counters: ShardCounters
+    let sealing: ClusterSealing
     let logger: Logger
 
-    init(shards: ShardMap, nodeID: String, ledger: Ledger, jetStream: JetStreamContext, ownership: ShardOwnership, counters: ShardCounters, logger: Logger) {
+    init(shards: ShardMap, nodeID: String, ledger: Ledger, jetStream: JetStreamContext, ownership: ShardOwnership, counters: ShardCounters,
+         sealing: ClusterSealing, logger: Logger) {
         self.shards = shards
+        self.sealing = sealing
         self.nodeID = nodeID
         self.ledger = ledger
         self.jetStream = jetStream
@@ -59,16 +62,39 @@ final class ShardTail: Sendable {
         }
     }
 
+    /// Applies one message of the shard's stream: entries through the ledger (chain-checked),
+    /// a fence as a fence. A message that is not authenticated by the cluster's key (published
+    /// by anyone else on the bus: garbage, a forged write or fence) is skipped — the checkpoint
+    /// passes it, nothing of it is applied — and counted; it never stops the shard.
     private func apply(_ message: StoredMessage, shard: Int) async throws {
-        if message.headers?[ClusterNames.kindHeader] == ClusterNames.fenceKind {
-            try await ledger.applyShardFence(message.payload, shard: shard, sequence: message.sequence)
-            if let holder = try? JSONDecoder().decode(LeaseHolder.self, from: Data(message.payload)), holder.node != nodeID,
-               ownership.get(shard) != nil {
-                ownership.set(shard, nil)
-                logger.warning("fenced: another node took a shard this node held", metadata: ["shard": "\(shard)", "owner": "\(holder.node)"])
+        let opened: ShardMessage
+        do {
+            opened = try sealing.open(message, shard: shard)
+        } catch let refused as UnauthenticatedShardMessage {
+            try await ledger.skipShardMessage(shard: shard, sequence: message.sequence)
+            counters.update(shard) {
+                $0.rejected += 1
+                $0.lastRejected = refused.description
+                $0.failure = nil
             }
-        } else {
-            try await ledger.applyShardMessage(bytes: message.payload, shard: shard, of: shards, sequence: message.sequence)
+            logger.warning("skipped a shard message that is not authenticated", metadata: ["shard": "\(shard)", "sequence": "\(message.sequence)", "reason": "\(refused.reason)"])
+            return
+        }
+        switch opened {
+        case .fence(let note):
+            try await ledger.applyShardFence(message.payload, shard: shard, sequence: message.sequence)
+            if note.node != nodeID, let owned = ownership.get(shard) {
+                if note.revision > owned.revision {
+                    ownership.set(shard, nil)
+                    logger.warning("fenced: another node took a shard this node held", metadata: ["shard": "\(shard)", "owner": "\(note.node)"])
+                } else {
+                    // Older than this node's own lease: a fence re-published after the fact.
+                    counters.update(shard) { $0.staleFences += 1 }
+                    logger.warning("ignored a fence older than this node's lease (a replay)", metadata: ["shard": "\(shard)", "sequence": "\(message.sequence)"])
+                }
+            }
+        case .entries(let bytes):
+            try await ledger.applyShardMessage(bytes: bytes, shard: shard, of: shards, sequence: message.sequence)
         }
         counters.update(shard) {
             $0.applied += 1
