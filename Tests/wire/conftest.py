@@ -264,6 +264,13 @@ class Server:
     def get(self, path):
         return requests.get(self.url + path, timeout=30)
 
+    def metrics(self):
+        """The Prometheus text of `GET /metrics`, signed with the admin credential (the API's
+        listener answers it to the admin only; `--metrics-listen` serves it unsigned)."""
+        response = self.raw("GET", "/metrics")
+        assert response.status == 200, (response.status, response.content[:300])
+        return response.content.decode()
+
 
 def start_server(tmp_root, name, extra_args=()):
     data = os.path.join(tmp_root, name)
