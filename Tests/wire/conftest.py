@@ -268,8 +268,8 @@ class Server:
         """The Prometheus text of `GET /metrics`, signed with the admin credential (the API's
         listener answers it to the admin only; `--metrics-listen` serves it unsigned)."""
         response = self.raw("GET", "/metrics")
-        assert response.status == 200, (response.status, response.content[:300])
-        return response.content.decode()
+        assert response.status_code == 200, (response.status_code, response.text[:300])
+        return response.text
 
 
 def start_server(tmp_root, name, extra_args=()):

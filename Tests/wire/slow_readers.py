@@ -66,6 +66,7 @@ class Result:
         self.peak_rss = 0
         self.opened = 0
         self.closed_at = []       # per attacker socket: seconds until the server closed it, or None
+        self.cpu_seconds = 0.0    # the server's CPU time (user + system) during the attack
 
     def refused(self, within=2.0):
         """Probes that did not answer 200 within `within` seconds."""
@@ -85,6 +86,7 @@ def attack(port, pid, sockets, pipelined, seconds, path="/metrics", probe_timeou
     dos.raise_own_nofile(sockets + 200)
     result = Result()
     result.rest_rss = dos.proc_status(pid).get("VmRSS", 0)
+    cpu_before = cpu_seconds(pid)
     socks = []
     try:
         for _ in range(sockets):
@@ -109,9 +111,17 @@ def attack(port, pid, sockets, pipelined, seconds, path="/metrics", probe_timeou
             for s in hung_up([s for s in socks if s.fileno() not in closed], max(0.0, min(next_probe - time.monotonic(), 0.2))):
                 closed[s.fileno()] = time.monotonic() - start
         result.closed_at = [closed.get(s.fileno()) for s in socks]
+        result.cpu_seconds = cpu_seconds(pid) - cpu_before
     finally:
         dos.close_all(socks)
     return result
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def hung_up(socks, timeout):
@@ -162,7 +172,8 @@ def main(argv=None):
         print(f"attack: {result.opened} slow readers x {args.pipelined} pipelined GET {args.path}, {args.seconds:.0f} s")
         print(f"/health not answered within 2 s: {len(result.refused())} of {len(result.probes)} probes "
               f"(over {result.refused_seconds():.0f} s)")
-        print(f"RSS at rest {result.rest_rss / MiB:.0f} MiB, peak under the attack {result.peak_rss / MiB:.0f} MiB")
+        print(f"RSS at rest {result.rest_rss / MiB:.0f} MiB, peak under the attack {result.peak_rss / MiB:.0f} MiB; "
+              f"server CPU {result.cpu_seconds:.1f} s")
         print(f"attacker sockets closed by the server: {len(closed)} of {result.opened}"
               + (f" (after {closed[0]:.1f}-{closed[-1]:.1f} s)" if closed else ""))
         print(f"/health after the attack: {after[0]}")

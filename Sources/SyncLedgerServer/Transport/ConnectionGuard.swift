@@ -120,7 +120,7 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
             case .stalled: "the busy connection whose client has read nothing of its response for the longest"
             }
             logger.debug("connection limit reached: closed \(which)", metadata: ["max_connections": "\(shared.connections.maximum)"])
-            victim.close(promise: nil)
+            if kind == .stalled { OutboundGuard.abort(victim) } else { victim.close(promise: nil) }
             armFirstHead()
         case .refused:
             shared.metrics.count(.connectionRefused)

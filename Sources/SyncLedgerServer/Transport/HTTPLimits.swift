@@ -62,7 +62,7 @@ final class TransportMetrics: Sendable {
         out += "syncledger_http_connections_by_state{state=\"idle\"} \(states.idle)\n"
         out += "syncledger_http_connections_by_state{state=\"receiving\"} \(states.receiving)\n"
         out += "syncledger_http_connections_by_state{state=\"busy\"} \(states.busy)\n"
-        out += "# HELP syncledger_http_stalled_connections Of the busy connections, those whose response bytes have waited for their client, none taken, for a second or more (closed at --write-timeout; the first to make room at --max-connections after idle and receiving ones).\n# TYPE syncledger_http_stalled_connections gauge\n"
+        out += "# HELP syncledger_http_stalled_connections Connections whose response bytes have waited for their client, none taken, for a second or more (closed at --write-timeout; the first to make room at --max-connections after idle and receiving ones).\n# TYPE syncledger_http_stalled_connections gauge\n"
         out += "syncledger_http_stalled_connections \(states.stalled)\n"
         out += "# HELP syncledger_http_buffered_body_bytes Request-body bytes received and being buffered now.\n# TYPE syncledger_http_buffered_body_bytes gauge\n"
         out += "syncledger_http_buffered_body_bytes \(budget.inUse)\n"
@@ -105,13 +105,13 @@ final class OutboundProgress: Sendable {
 /// A connection is *busy* while it has a request that was read to its end and is being
 /// handled, or a response being written; otherwise it is *idle* (no request in progress: a new
 /// connection that has sent nothing, or keep-alive between requests) or *receiving* (a request
-/// head or body has started to arrive but is not complete). A busy connection is *stalled*
-/// while response bytes wait for its client and none was taken for a while (``OutboundProgress``):
-/// a client that stopped reading. When a connection arrives at the limit, the longest-idle
-/// connection is closed to make room, else the receiving connection whose request started the
-/// longest ago, else the busy connection stalled the longest (for at least
-/// ``HTTPLimits/stallGrace``); only when every connection is busy and making progress is the
-/// new one closed at once. Neither idle sockets, nor sockets that declare a body and never send
+/// head or body has started to arrive but is not complete). A connection whose response bytes
+/// wait for its client (``OutboundProgress``) counts as writing, whatever its requests' state,
+/// and is *stalled* once none of them was taken for ``HTTPLimits/stallGrace``: a client that
+/// stopped reading. When a connection arrives at the limit, the longest-idle connection is
+/// closed to make room, else the receiving connection whose request started the longest ago,
+/// else the connection stalled the longest; only when every connection is busy or writing to a
+/// client that reads is the new one closed at once. Neither idle sockets, nor sockets that declare a body and never send
 /// it, nor sockets that ask and never read the answers can therefore lock clients out —
 /// `/health` answers under any number of them — and a request being handled, or an answer
 /// being read, is never cut for a newcomer.
@@ -132,8 +132,8 @@ final class ConnectionRegistry: Sendable {
         case idle
         /// The connection whose unfinished request started the longest ago (none was idle).
         case receiving
-        /// The busy connection whose client has taken none of its response bytes for the longest
-        /// (every connection was busy).
+        /// The connection whose client has taken none of its response bytes for the longest (no
+        /// connection was idle or receiving with nothing to send).
         case stalled
     }
 
@@ -165,8 +165,8 @@ final class ConnectionRegistry: Sendable {
     /// Open connections now.
     var open: Int { entries.withLock { $0.count } }
 
-    /// Open connections now by state: idle, receiving, busy; and of the busy, those whose
-    /// response bytes wait with no progress for at least the stall grace.
+    /// Open connections now by state: idle, receiving, busy; and, whatever their state, those
+    /// whose response bytes have waited with none taken for at least the stall grace.
     var counts: (idle: Int, receiving: Int, busy: Int, stalled: Int) {
         let stalledBefore = Self.deadline(before: stallGrace)
         return entries.withLock { entries in
@@ -175,10 +175,9 @@ final class ConnectionRegistry: Sendable {
                 switch entry.state {
                 case .idle: counts.idle += 1
                 case .receiving: counts.receiving += 1
-                case .busy:
-                    counts.busy += 1
-                    if let since = entry.progress?.stalledSince, since <= stalledBefore { counts.stalled += 1 }
+                case .busy: counts.busy += 1
                 }
+                if let since = entry.progress?.stalledSince, since <= stalledBefore { counts.stalled += 1 }
             }
             return counts
         }
@@ -201,14 +200,19 @@ final class ConnectionRegistry: Sendable {
             var receiving: (ObjectIdentifier, ContinuousClock.Instant)?
             var stalled: (ObjectIdentifier, NIODeadline)?
             for (key, candidate) in entries {
+                // Response bytes wait for this client: an answer is being written, whatever the
+                // state of its requests. It makes room only when its client took none for the grace.
+                if let since = candidate.progress?.stalledSince {
+                    if since <= stalledBefore, stalled == nil || since < stalled!.1 { stalled = (key, since) }
+                    continue
+                }
                 switch candidate.state {
                 case .idle(let since):
                     if idle == nil || since < idle!.1 { idle = (key, since) }
                 case .receiving(let since):
                     if receiving == nil || since < receiving!.1 { receiving = (key, since) }
                 case .busy:
-                    guard let since = candidate.progress?.stalledSince, since <= stalledBefore else { continue }
-                    if stalled == nil || since < stalled!.1 { stalled = (key, since) }
+                    continue
                 }
             }
             let victim: (ObjectIdentifier, Victim)? = idle.map { ($0.0, .idle) } ?? receiving.map { ($0.0, .receiving) }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import NIOCore
 
@@ -149,7 +152,18 @@ final class OutboundGuard: ChannelOutboundHandler, RemovableChannelHandler {
         closed = true
         disarm()
         // The writes that wait fail, and with them the handler writing (an answer, an event stream).
-        context.close(promise: nil)
+        Self.abort(context.channel)
+    }
+
+    /// Closes a connection whose client reads nothing with a reset: its unsent bytes are
+    /// dropped at once (a plain close would queue the FIN behind them, and the kernel would
+    /// keep them, and the socket, for a client that never takes them).
+    static func abort(_ channel: any Channel) {
+        guard let socket = channel as? any SocketOptionProvider else {
+            channel.close(promise: nil)
+            return
+        }
+        socket.setSoLinger(linger(l_onoff: 1, l_linger: 0)).whenComplete { _ in channel.close(promise: nil) }
     }
 
     private static func timeAmount(_ duration: Duration) -> TimeAmount {
