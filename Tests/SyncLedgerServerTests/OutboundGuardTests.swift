@@ -114,6 +114,22 @@ import Testing
         #expect(registry.admit(EmbeddedChannel()).isRefused)
     }
 
+    @Test func anIdleConnectionWithBytesWaitingIsWritingNotIdle() {
+        // Its last answer passed the request guard (idle), but its client has not taken it yet:
+        // it is not cut for a newcomer until it has stalled for the grace.
+        let registry = ConnectionRegistry(maximum: 1, stallGrace: .seconds(1))
+        let reading = OutboundProgress()
+        let a = EmbeddedChannel()
+        guard case .admitted = registry.admit(a, progress: reading) else { Issue.record("not admitted"); return }
+        registry.update(a, .idle(since: .now - .seconds(30)))
+        reading.waiting(since: .now())
+        #expect(registry.admit(EmbeddedChannel()).isRefused)
+        reading.waiting(since: .now() - .seconds(2))
+        #expect(registry.counts == (idle: 1, receiving: 0, busy: 0, stalled: 1))
+        guard case .admittedEvicting(let victim, .stalled) = registry.admit(EmbeddedChannel()) else { Issue.record("no room made"); return }
+        #expect(victim === a)
+    }
+
     @Test func pipelinedRequestsPastTheCapAreRefusedAfterTheAnswersOwed() throws {
         let shared = shared(pipelined: 2)
         let channel = EmbeddedChannel()
