@@ -48,7 +48,7 @@ public struct ServerConfiguration: Sendable {
     public var writeTimeout: Duration = .seconds(30)
     /// The most requests one connection may have read and not yet answered (HTTP pipelining);
     /// the next is answered 429 after them and the connection closed.
-    public var maxPipelinedRequests: Int = 16
+    public var maxPipelinedRequests: Int = 8
     /// While more than this many response bytes of a connection wait for its client, no more of
     /// its requests are read.
     public var maxOutboundBytes: Int = 1 << 20

@@ -16,7 +16,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds a request head may take to arrive (from the connection's opening, or the request's first byte).") var headerTimeout = 10.0
     @Option(help: "Seconds a request body may take to arrive after its head.") var bodyTimeout = 60.0
     @Option(help: "Seconds a connection may have response bytes waiting with its client taking none of them (it stopped reading: its answers, or its GET /events stream); then it is closed. At --max-connections, such a connection stalled a second or more makes room for a new one.") var writeTimeout = 30.0
-    @Option(help: "Most requests one connection may have read and not yet answered (HTTP pipelining); the next gets 429 after them and the connection closes.") var maxPipelinedRequests = 16
+    @Option(help: "Most requests one connection may have read and not yet answered (HTTP pipelining); the next gets 429 after them and the connection closes.") var maxPipelinedRequests = 8
     @Option(help: "While more than this many response bytes of a connection wait for its client, no more of its requests are read.") var maxOutboundBytes = 1 << 20
     @Option(help: "HOST:PORT of a second listener that serves GET /metrics without a signature (and /health), for a Prometheus scraper: give a loopback or private address. On the API's listener, /metrics needs the admin signature.") var metricsListen: String?
     @Option(help: "PEM certificate chain to serve HTTPS with (give --tls-key too).") var tlsCert: String?

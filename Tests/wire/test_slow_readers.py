@@ -72,7 +72,7 @@ def test_slow_readers_beyond_the_connection_limit_do_not_lock_out_health(tmp_roo
     timeout on a write that made no progress): /health was refused for as long as they stayed
     open (75 s observed with 1,105 sockets at the defaults) and the server grew from 42 to
     754 MiB. Now /health answers within 2 s every second, the server closes every attacker
-    (past 16 pipelined requests the next is refused and the connection closed) and its memory
+    (past 8 pipelined requests the next is refused and the connection closed) and its memory
     stays within 64 MiB of rest."""
     limit, sockets = 50, 70
     server = start_server(tmp_root, "slow-readers", ["--fast", "--max-connections", str(limit), "--write-timeout", "5"])
@@ -90,13 +90,13 @@ def test_slow_readers_beyond_the_connection_limit_do_not_lock_out_health(tmp_roo
 
 def test_stalled_answers_make_room_at_the_limit_and_are_closed_at_the_write_timeout(tmp_root):
     """Clients with the admin credential each pipeline 16 signed GET /metrics (within the
-    pipelining cap) and read nothing: their answers stall, and every connection is busy. A
+    pipelining cap, raised to 16 here) and read nothing: their answers stall, and every connection is busy. A
     newcomer takes the place of the one stalled the longest (before: refused at once), and the
     write timeout closes the rest. The metrics listener answers throughout."""
     limit, write_timeout = 8, 6
     metrics_port = free_port()
     server = start_server(tmp_root, "stalled", ["--fast", "--max-connections", str(limit), "--write-timeout", str(write_timeout),
-                                                "--metrics-listen", f"127.0.0.1:{metrics_port}"])
+                                                "--max-pipelined-requests", "16", "--metrics-listen", f"127.0.0.1:{metrics_port}"])
     attackers = []
     try:
         # Make /metrics long enough that 16 answers are far more than the kernel buffers.

@@ -67,6 +67,11 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     private var idleSince = ContinuousClock.now
     /// The state last given to the registry.
     private var published: ConnectionRegistry.State?
+    /// A request was refused: what the client sends is dropped unparsed.
+    private var discarding = false
+
+    /// Bytes between requests are passed to the HTTP decoder in slices of this size.
+    static let headSlice = 1024
     /// How the connection's response bytes drain (``OutboundGuard``), for the registry.
     private let progress: OutboundProgress
 
@@ -146,11 +151,28 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         default:
             break
         }
+        guard !discarding else { return }
         if receivingSince == nil {
             receivingSince = .now
             publish()
         }
-        context.fireChannelRead(data)
+        // Between requests, bytes go to the decoder a slice at a time: once a request is refused
+        // (say, one pipelined past --max-pipelined-requests), the rest of what came is not parsed.
+        // A body, once its head was read, goes on whole.
+        var buffer = unwrapInboundIn(data)
+        while buffer.readableBytes > 0, !discarding, phase.isOpen {
+            if case .readingBody = phase {
+                context.fireChannelRead(wrapInboundOut(buffer))
+                return
+            }
+            guard let slice = buffer.readSlice(length: min(buffer.readableBytes, Self.headSlice)) else { return }
+            context.fireChannelRead(wrapInboundOut(slice))
+        }
+    }
+
+    /// A request was refused: nothing more the client sends is parsed (RequestGuard).
+    func discardInbound() {
+        discarding = true
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {

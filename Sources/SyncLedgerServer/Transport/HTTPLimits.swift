@@ -21,7 +21,7 @@ struct HTTPLimits: Sendable {
     var writeTimeout: Duration = .seconds(30)
     /// The most requests of one connection read and not yet answered (HTTP pipelining); the
     /// next is refused with 429 and the connection closed once the earlier ones are answered.
-    var maxPipelined = 16
+    var maxPipelined = 8
     /// While more than this many response bytes of a connection wait to be sent, no more of its
     /// requests are read.
     var maxOutboundBytes = 1 << 20

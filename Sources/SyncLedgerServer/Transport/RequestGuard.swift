@@ -152,6 +152,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// this request is dropped.
     private func refuse(_ context: ChannelHandlerContext, _ status: Int, _ type: String, _ event: TransportMetrics.Event, _ message: String, headForwarded: Bool) {
         shared.metrics.count(event)
+        connection.discardInbound()
         logger.info("request refused by the transport", metadata: [
             "status": "\(status)", "reason": "\(event.rawValue)",
             "remote": "\(context.channel.remoteAddress.map { "\($0)" } ?? "-")",
