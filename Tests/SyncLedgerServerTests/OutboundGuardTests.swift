@@ -114,6 +114,40 @@ import Testing
         #expect(registry.admit(EmbeddedChannel()).isRefused)
     }
 
+    /// Stands in for the HTTP decoder: records the slices it is given, and refuses (as
+    /// RequestGuard does) once it has seen `refuseAfter` bytes.
+    private final class Refuser: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        let connection: ConnectionGuard
+        let refuseAfter: Int
+        var slices: [Int] = []
+        init(_ connection: ConnectionGuard, refuseAfter: Int) {
+            self.connection = connection
+            self.refuseAfter = refuseAfter
+        }
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            slices.append(unwrapInboundIn(data).readableBytes)
+            if slices.reduce(0, +) >= refuseAfter { connection.discardInbound() }
+        }
+    }
+
+    @Test func betweenRequestsBytesAreParsedASliceAtATimeAndNothingAfterARefusal() throws {
+        let shared = shared()
+        let channel = EmbeddedChannel()
+        let connection = ConnectionGuard(shared: shared, progress: OutboundProgress(), logger: Logger(label: "test"))
+        let refuser = Refuser(connection, refuseAfter: 1500)
+        try channel.pipeline.syncOperations.addHandler(connection)
+        try channel.pipeline.syncOperations.addHandler(refuser)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        // 300 pipelined requests in one read: after the refusal (in the second slice), the rest
+        // never reaches the decoder, nor does what comes later.
+        let request = "GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n"
+        try channel.writeInbound(ByteBuffer(string: String(repeating: request, count: 300)))
+        #expect(refuser.slices == [ConnectionGuard.headSlice, ConnectionGuard.headSlice])
+        try channel.writeInbound(ByteBuffer(string: request))
+        #expect(refuser.slices.count == 2)
+    }
+
     @Test func anIdleConnectionWithBytesWaitingIsWritingNotIdle() {
         // Its last answer passed the request guard (idle), but its client has not taken it yet:
         // it is not cut for a newcomer until it has stalled for the grace.
@@ -139,8 +173,8 @@ import Testing
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         let get = HTTPRequestPart.head(HTTPRequest(method: .get, scheme: nil, authority: "127.0.0.1", path: "/health"))
         for _ in 0..<3 {
-            try channel.writeInbound(get)
-            try channel.writeInbound(HTTPRequestPart.end(nil))
+            try channel.writeParsed(get)
+            try channel.writeParsed(HTTPRequestPart.end(nil))
         }
         // Two passed on; the third is not.
         var heads = 0
@@ -158,6 +192,20 @@ import Testing
             if case .head(let response) = part { statuses.append(response.status.code) }
         }
         #expect(statuses == [200, 200, 429])
+    }
+}
+
+extension EmbeddedChannel {
+    /// Passes a decoded HTTP part to the handlers after ``ConnectionGuard`` (which sees raw bytes
+    /// only: in the server, the HTTP decoder sits between them), as `writeInbound` would.
+    func writeParsed(_ part: HTTPRequestPart) throws {
+        guard let context = try? pipeline.syncOperations.context(handlerType: ConnectionGuard.self) else {
+            try writeInbound(part)  // closed: its handlers are gone
+            return
+        }
+        context.fireChannelRead(NIOAny(part))
+        context.fireChannelReadComplete()
+        try throwIfErrorCaught()
     }
 }
 
