@@ -161,9 +161,18 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         // A body, once its head was read, goes on whole.
         var buffer = unwrapInboundIn(data)
         while buffer.readableBytes > 0, !discarding, phase.isOpen {
-            if case .readingBody = phase {
+            switch phase {
+            case .readingBody:
                 context.fireChannelRead(wrapInboundOut(buffer))
                 return
+            case .awaitingHead(started: false):
+                // A request ended in an earlier slice, and the next one's bytes follow.
+                phase = .awaitingHead(started: true)
+                arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
+                receivingSince = .now
+                publish()
+            default:
+                break
             }
             guard let slice = buffer.readSlice(length: min(buffer.readableBytes, Self.headSlice)) else { return }
             context.fireChannelRead(wrapInboundOut(slice))
