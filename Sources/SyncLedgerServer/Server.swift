@@ -211,6 +211,12 @@ public enum SyncLedgerServer {
 
     private static func serve(_ configuration: ServerConfiguration, tls: TLSConfiguration?, leader client: LeaderClient?, logger: Logger) async throws {
         try await Startup.checkPortFree(host: configuration.host, port: configuration.port)
+        if let metricsListen = configuration.metricsListen {
+            let (metricsHost, metricsPort) = try MetricsListener.parse(metricsListen)
+            do { try await Startup.checkPortFree(host: metricsHost, port: metricsPort) } catch let error as StartupError {
+                throw StartupError("--metrics-listen \(metricsListen): \(error.message)")
+            }
+        }
         let maxConnections = Startup.fitConnections(configuration.maxConnections) { logger.warning("\($0)") }
         var ledgerOptions = configuration.ledger
         if configuration.cluster != nil, let secret = configuration.adminSecretAccessKey {
@@ -307,7 +313,6 @@ public enum SyncLedgerServer {
         var services: [any Service] = [app]
         if let metricsListen = configuration.metricsListen {
             let (metricsHost, metricsPort) = try MetricsListener.parse(metricsListen)
-            try await Startup.checkPortFree(host: metricsHost, port: metricsPort)
             services.append(MetricsListener.application(host: metricsHost, port: metricsPort, limits: limits, handler: handler, logger: logger) { port in
                 say("SyncLedger metrics on http://\(metricsHost.contains(":") ? "[\(metricsHost)]" : metricsHost):\(port)/metrics")
             })

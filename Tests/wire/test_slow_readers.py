@@ -257,3 +257,15 @@ def test_a_bad_metrics_listen_address_is_refused_at_start(tmp_root, value, says)
                          capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
     assert out.returncode != 0
     assert "--metrics-listen" in out.stderr.decode() and says in out.stderr.decode(), out.stderr.decode()
+
+
+def test_a_metrics_listen_port_in_use_is_refused_at_start(tmp_root):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        out = subprocess.run([BINARY, "serve", "--data", os.path.join(tmp_root, "metrics-taken"), "--port", "0",
+                              "--metrics-listen", f"127.0.0.1:{port}"], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode != 0
+    message = out.stderr.decode()
+    assert f"--metrics-listen 127.0.0.1:{port}" in message and "already in use" in message, message
