@@ -9,6 +9,7 @@ import HummingbirdCore
 public import Logging
 import NIOCore
 import NIOSSL
+import ServiceLifecycle
 import Synchronization
 
 /// How `syncledger serve` runs.
@@ -30,8 +31,9 @@ public struct ServerConfiguration: Sendable {
     public var maxBufferedBodyBytes: Int = 256 << 20
     /// The most open connections. At the limit, the connection idle the longest is closed to
     /// make room, else the one whose unfinished request (head or body still arriving) started
-    /// the longest ago; only when every connection has a request read and in progress (or a
-    /// response being written) is the new one closed.
+    /// the longest ago, else the one whose client has taken none of its response bytes for the
+    /// longest (a second or more); only when every connection has a request read and in
+    /// progress, or a response its client is reading, is the new one closed.
     public var maxConnections: Int = 1000
     /// A connection with no request in progress for this long is closed.
     public var idleTimeout: Duration = .seconds(60)
@@ -41,6 +43,18 @@ public struct ServerConfiguration: Sendable {
     /// A request body must be complete this long after its head; otherwise the connection is
     /// closed.
     public var bodyTimeout: Duration = .seconds(60)
+    /// A connection whose response bytes wait and whose client takes none of them for this long
+    /// is closed (a client that stopped reading: its answers, or its event stream).
+    public var writeTimeout: Duration = .seconds(30)
+    /// The most requests one connection may have read and not yet answered (HTTP pipelining);
+    /// the next is answered 429 after them and the connection closed.
+    public var maxPipelinedRequests: Int = 8
+    /// While more than this many response bytes of a connection wait for its client, no more of
+    /// its requests are read.
+    public var maxOutboundBytes: Int = 1 << 20
+    /// `HOST:PORT` of a second listener serving `GET /metrics` unsigned (and `/health`), for a
+    /// Prometheus scraper; the API's listener answers `/metrics` to the admin signature only.
+    public var metricsListen: String?
     /// PEM certificate chain (leaf first) to serve HTTPS with; give ``tlsKey`` too.
     public var tlsCertificate: String?
     /// PEM private key of ``tlsCertificate``.
@@ -107,7 +121,14 @@ public struct ServerConfiguration: Sendable {
             throw StartupError("--region must name AWS regions such as us-east-1 (lower-case letters, digits and -), not \(regions)")
         }
         guard maxConnections >= 1 else { throw StartupError("--max-connections must be at least 1, not \(maxConnections)") }
-        for (name, value) in [("--idle-timeout", idleTimeout), ("--header-timeout", headerTimeout), ("--body-timeout", bodyTimeout)] {
+        guard (1...10_000).contains(maxPipelinedRequests) else { throw StartupError("--max-pipelined-requests must be 1 to 10000, not \(maxPipelinedRequests)") }
+        guard maxOutboundBytes >= 1 else { throw StartupError("--max-outbound-bytes must be at least 1, not \(maxOutboundBytes)") }
+        if let metricsListen {
+            let (metricsHost, metricsPort) = try MetricsListener.parse(metricsListen)
+            if metricsPort != 0, metricsPort == port, metricsHost == host { throw StartupError("--metrics-listen \(metricsListen) is the API's own address (--host, --port): give another port") }
+        }
+        for (name, value) in [("--idle-timeout", idleTimeout), ("--header-timeout", headerTimeout), ("--body-timeout", bodyTimeout),
+                              ("--write-timeout", writeTimeout)] {
             guard value > .zero, value <= .seconds(86_400) else { throw StartupError("\(name) must be more than 0 and at most 86400 seconds") }
         }
         guard (tlsCertificate == nil) == (tlsKey == nil) else {
@@ -197,6 +218,12 @@ public enum SyncLedgerServer {
 
     private static func serve(_ configuration: ServerConfiguration, tls: TLSConfiguration?, leader client: LeaderClient?, logger: Logger) async throws {
         try await Startup.checkPortFree(host: configuration.host, port: configuration.port)
+        if let metricsListen = configuration.metricsListen {
+            let (metricsHost, metricsPort) = try MetricsListener.parse(metricsListen)
+            do { try await Startup.checkPortFree(host: metricsHost, port: metricsPort) } catch let error as StartupError {
+                throw StartupError("--metrics-listen \(metricsListen): \(error.message)")
+            }
+        }
         let maxConnections = Startup.fitConnections(configuration.maxConnections) { logger.warning("\($0)") }
         var ledgerOptions = configuration.ledger
         if let cluster = configuration.cluster, let secret = configuration.adminSecretAccessKey {
@@ -260,10 +287,14 @@ public enum SyncLedgerServer {
         if configuredURL == nil, ["0.0.0.0", "::"].contains(configuration.host) {
             logger.warning("listening on every interface without --public-url: stream payload URLs name \(configuration.host), which consumers cannot reach")
         }
+        var limits = HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,
+                                bodyTimeout: configuration.bodyTimeout, maxBodyBytes: configuration.maxBodyBytes)
+        limits.writeTimeout = configuration.writeTimeout
+        limits.maxPipelined = configuration.maxPipelinedRequests
+        limits.maxOutboundBytes = configuration.maxOutboundBytes
         let shared = TransportShared(
-            limits: HTTPLimits(idleTimeout: configuration.idleTimeout, headerTimeout: configuration.headerTimeout,
-                               bodyTimeout: configuration.bodyTimeout, maxBodyBytes: configuration.maxBodyBytes),
-            connections: ConnectionRegistry(maximum: maxConnections),
+            limits: limits,
+            connections: ConnectionRegistry(maximum: maxConnections, stallGrace: limits.stallGrace),
             budget: BodyBudget(capacity: configuration.maxBufferedBodyBytes, connections: maxConnections, largestBody: configuration.maxBodyBytes),
             metrics: TransportMetrics())
         let events = EventService(ledger: ledger, authenticator: api.authenticator, options: configuration.events, maxConnections: maxConnections, logger: logger, shards: cluster?.shards)
@@ -292,6 +323,13 @@ public enum SyncLedgerServer {
                 onListening(port)
             },
             logger: logger)
+        var services: [any Service] = [app]
+        if let metricsListen = configuration.metricsListen {
+            let (metricsHost, metricsPort) = try MetricsListener.parse(metricsListen)
+            services.append(MetricsListener.application(host: metricsHost, port: metricsPort, limits: limits, handler: handler, logger: logger) { port in
+                say("SyncLedger metrics on http://\(metricsHost.contains(":") ? "[\(metricsHost)]" : metricsHost):\(port)/metrics")
+            })
+        }
         let replication = follower.map { f in Task { await f.run() } }
         let delivery = push.map { p in Task { await p.service.run() } }
         let streaming = streams.map { s in Task { await s.run() } }
@@ -314,7 +352,7 @@ public enum SyncLedgerServer {
         defer { purge.cancel() }
         if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
         do {
-            try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+            try await ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
         } catch {
             replication?.cancel()
             await replication?.value

@@ -4,6 +4,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import SyncLedger
 import SyncLedgerServer
 import Synchronization
 
@@ -47,11 +48,17 @@ func ownCPUSeconds() -> Double {
     return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
 }
 
-/// Group commits and the callers they served, from the server's /metrics.
+/// Group commits and the callers they served, from the server's /metrics (signed with the admin
+/// credential of SYNCLEDGER_ACCESS_KEY_ID / SYNCLEDGER_SECRET_ACCESS_KEY: the API's listener
+/// answers /metrics to the admin only).
 func writerCounters(_ options: MessageBenchOptions, group: any EventLoopGroup) async throws -> (commits: Double, writes: Double) {
+    let environment = ProcessInfo.processInfo.environment
+    let admin = environment["SYNCLEDGER_ACCESS_KEY_ID"].flatMap { key in
+        environment["SYNCLEDGER_SECRET_ACCESS_KEY"].map { SigV4Signer(accessKeyID: key, secretAccessKey: $0) }
+    }
     let connection = try await Connection.open(host: options.host, port: options.port, group: group)
     return try await connection.channel.executeThenClose { inbound, outbound in
-        var exchange = Exchange(responses: inbound.makeAsyncIterator(), outbound: outbound, hostHeader: "\(options.host):\(options.port)", signer: nil)
+        var exchange = Exchange(responses: inbound.makeAsyncIterator(), outbound: outbound, hostHeader: "\(options.host):\(options.port)", signer: admin)
         let (status, body) = try await exchange.send(.GET, "/metrics")
         guard status == 200 else { throw Failure(description: "/metrics answered \(status)") }
         var commits = 0.0, writes = 0.0

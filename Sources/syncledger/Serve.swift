@@ -11,10 +11,14 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port to listen on, 0-65535 (0: any free port).") var port = 8080
     @Option(help: "Largest request body in bytes; a larger one is refused (413) before it is read.") var maxBodyBytes = 4 << 20
     @Option(help: "Most request-body bytes buffered at once over all connections, counted as they arrive; past it, requests get 429 (a quarter is kept in equal shares per connection, so small bodies always fit).") var maxBufferedBodyBytes = 256 << 20
-    @Option(help: "Most open connections (at the limit, the longest-idle one is closed to make room, else the one whose unfinished request started first; a new one is refused only when every connection has a request read and in progress).") var maxConnections = 1000
+    @Option(help: "Most open connections (at the limit, the longest-idle one is closed to make room, else the one whose unfinished request started first, else the one whose client has read none of its response for the longest, a second or more; a new one is refused only when every connection has a request in progress and its client reading).") var maxConnections = 1000
     @Option(help: "Seconds a connection may stay open with no request in progress.") var idleTimeout = 60.0
     @Option(help: "Seconds a request head may take to arrive (from the connection's opening, or the request's first byte).") var headerTimeout = 10.0
     @Option(help: "Seconds a request body may take to arrive after its head.") var bodyTimeout = 60.0
+    @Option(help: "Seconds a connection may have response bytes waiting with its client taking none of them (it stopped reading: its answers, or its GET /events stream); then it is closed. At --max-connections, such a connection stalled a second or more makes room for a new one.") var writeTimeout = 30.0
+    @Option(help: "Most requests one connection may have read and not yet answered (HTTP pipelining); the next gets 429 after them and the connection closes.") var maxPipelinedRequests = 8
+    @Option(help: "While more than this many response bytes of a connection wait for its client, no more of its requests are read.") var maxOutboundBytes = 1 << 20
+    @Option(help: "HOST:PORT of a second listener that serves GET /metrics without a signature (and /health), for a Prometheus scraper: give a loopback or private address. On the API's listener, /metrics needs the admin signature.") var metricsListen: String?
     @Option(help: "PEM certificate chain to serve HTTPS with (give --tls-key too).") var tlsCert: String?
     @Option(help: "PEM private key of --tls-cert.") var tlsKey: String?
     @Option(help: "The URL stream consumers reach this server at, for payloads sent by reference (default: the listening address).") var publicUrl: String?
@@ -77,6 +81,10 @@ struct Serve: AsyncParsableCommand {
         config.idleTimeout = Self.duration(idleTimeout)
         config.headerTimeout = Self.duration(headerTimeout)
         config.bodyTimeout = Self.duration(bodyTimeout)
+        config.writeTimeout = Self.duration(writeTimeout)
+        config.maxPipelinedRequests = maxPipelinedRequests
+        config.maxOutboundBytes = maxOutboundBytes
+        config.metricsListen = metricsListen
         config.tlsCertificate = tlsCert
         config.tlsKey = tlsKey
         config.publicURL = publicUrl

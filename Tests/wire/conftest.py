@@ -126,6 +126,7 @@ class Server:
         assert os.path.isfile(BINARY) and os.access(BINARY, os.X_OK), \
             f"{BINARY} is missing: build it with `swift build` (or set SYNCLEDGER_BIN)"
         self.data_dir = data_dir
+        self.admin = admin
         self.log_path = os.path.join(os.path.dirname(data_dir), os.path.basename(data_dir) + ".log")
         env = dict(os.environ)
         env["SYNCLEDGER_ACCESS_KEY_ID"], env["SYNCLEDGER_SECRET_ACCESS_KEY"] = admin
@@ -262,6 +263,14 @@ class Server:
 
     def get(self, path):
         return requests.get(self.url + path, timeout=30)
+
+    def metrics(self):
+        """The Prometheus text of `GET /metrics`, signed with the admin credential (the API's
+        listener answers it to the admin only; `--metrics-listen` serves it unsigned)."""
+        key, secret = self.admin
+        response = self.raw("GET", "/metrics", key=key, secret=secret)
+        assert response.status_code == 200, (response.status_code, response.text[:300])
+        return response.text
 
 
 def start_server(tmp_root, name, extra_args=()):

@@ -56,7 +56,11 @@ def main():
         return int(status["VmRSS"].split()[0]), int(status["RssAnon"].split()[0])
 
     def metric(name):
-        for line in urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode().splitlines():
+        # /metrics is answered to the admin signature only (on the API's listener).
+        request = AWSRequest(method="GET", url=f"http://127.0.0.1:{port}/metrics")
+        SigV4Auth(Credentials(KEY, SECRET), "cognito-sync", "us-east-1").add_auth(request)
+        signed = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=dict(request.headers.items()))
+        for line in urllib.request.urlopen(signed).read().decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
         raise AssertionError(name)

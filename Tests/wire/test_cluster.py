@@ -68,7 +68,7 @@ def test_cluster_status_is_admin_only_and_counts_every_write(bed):
     assert r.status_code == 403, r.text
     r = bed.nodes[0].raw("GET", "/cluster/status", sign=False)
     assert r.status_code == 403, r.text
-    metrics = bed.nodes[1].get("/metrics").text
+    metrics = bed.nodes[1].metrics()
     assert 'syncledger_shard_owned{shard="0"}' in metrics
     assert 'syncledger_shard_lag_messages{shard="7"} 0' in metrics
 

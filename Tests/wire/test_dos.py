@@ -351,7 +351,7 @@ def answered(sock):
 
 
 def transport_metric(server, sample):
-    for line in server.get("/metrics").text.splitlines():
+    for line in server.metrics().splitlines():
         if line.startswith(sample + " "):
             return float(line.split()[-1])
     raise AssertionError(f"{sample} is not in /metrics")

@@ -22,10 +22,8 @@ METRIC = re.compile(r'^syncledger_requests_total\{operation="([^"]+)",status="(\
 
 
 def request_counts(server):
-    response = server.get("/metrics")
-    assert response.status_code == 200
     counts = {}
-    for line in response.text.splitlines():
+    for line in server.metrics().splitlines():
         m = METRIC.match(line)
         if m:
             counts[(m.group(1), int(m.group(2)))] = int(m.group(3))
@@ -76,7 +74,7 @@ def test_metrics_count_every_operation(server, admin):
     assert delta("DescribeDataset", 200) == 1
     assert delta("DescribeDataset", 404) == 2
     assert delta("Unknown", 404) == 1
-    text = server.get("/metrics").text
+    text = server.metrics()
     assert "# TYPE syncledger_requests_total counter" in text
     assert 'syncledger_request_duration_seconds_count{operation="UpdateRecords"}' in text
 

@@ -306,7 +306,7 @@ def _write(server, pool, identity, count, tag):
 
 
 def _metric(server, name):
-    for line in server.get("/metrics").text.splitlines():
+    for line in server.metrics().splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise AssertionError(f"no metric {name}")

@@ -95,7 +95,7 @@ def test_a_change_reaches_every_other_subscribed_device_on_each_transport(push_s
     assert int(gone.payload["data"]["syncCount"]) == count + 1
     assert deleted["Dataset"]["DatasetName"] == "settings"
 
-    metrics = push_server.get("/metrics").text
+    metrics = push_server.metrics()
     assert 'syncledger_push_total{transport="apns",outcome="delivered"}' in metrics
     assert 'syncledger_push_delivery_seconds_count{transport="fcm"}' in metrics
 

@@ -47,7 +47,7 @@ def test_follower_stays_equal_to_its_leader_through_cuts_and_restarts(tmp_root):
         expect_error(follower.client().delete_dataset, "NotAuthorizedException", 403,
                      IdentityPoolId=pool, IdentityId=identities[0], DatasetName="settings")
         # Its metrics show no lag once caught up.
-        metrics = follower.get("/metrics").text
+        metrics = follower.metrics()
         assert "syncledger_replication_lag_entries 0" in metrics
 
         # Cut: kill the follower hard, write more, restart it on the same directory.

@@ -25,7 +25,7 @@ def feed_signature(secret, nonce, status, after, ledger_id, last_sequence, body)
 
 
 def metric(server, sample):
-    for line in server.get("/metrics").text.splitlines():
+    for line in server.metrics().splitlines():
         if line.startswith(sample + " "):
             return float(line.split()[-1])
     return 0.0

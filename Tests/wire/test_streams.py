@@ -230,7 +230,7 @@ def test_every_sync_arrives_in_order_per_dataset_signed(stream_server, sink, tmp
     assert not {r["identityId"] for r in sink.records(pool)} & set(before.identities)
     t = wait_until(lambda: (t := target(stream_server, pool)) and t["lagEntries"] == 0 and t, what="no lag")
     assert t["streamingStatus"] == "ENABLED" and t["delivered"] == work.total() and t["failures"] >= 2
-    metrics = stream_server.get("/metrics").text
+    metrics = stream_server.metrics()
     assert f'syncledger_stream_lag_entries{{stream="{name}",pool="{pool}"}} 0' in metrics
     assert f'syncledger_stream_delivered_records_total{{stream="{name}",pool="{pool}"}} {work.total()}' in metrics
 

@@ -79,7 +79,7 @@ def seconds_until_closed(sock, limit):
 
 def metric(server, name, **labels):
     """The value of one Prometheus sample of `server`'s /metrics."""
-    text = server.get("/metrics").text
+    text = server.metrics()
     wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
     for line in text.splitlines():
         if line.startswith(wanted + " "):

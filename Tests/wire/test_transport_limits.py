@@ -1,7 +1,8 @@
 """Time limits and the connection limit of `syncledger serve`, with raw sockets against the
 real binary: a head sent a byte at a time (slowloris), a silent connection, a body that stalls,
 an idle keep-alive connection, eviction of the longest-idle connection at --max-connections,
-refusal when every connection is busy, and /health under 1,100 idle connections."""
+refusal when every connection is busy with a request in progress, and /health under 1,100 idle
+connections. Clients that stop reading their answers: test_slow_readers.py."""
 
 import resource
 import socket
@@ -134,6 +135,9 @@ def closed_at_once(sock):
 
 
 def test_past_the_connection_limit_with_every_connection_busy_a_new_one_is_closed_at_once(tmp_root):
+    """Every connection has a request read and in progress (a long-poll of the feed) and nothing
+    waiting to be sent: a newcomer is closed at once. (A connection whose client stopped reading
+    its answer does make room once stalled: test_slow_readers.py.)"""
     s = start_server(tmp_root, "max-conn-busy", ["--fast", "--max-connections", "3"])
     polls = []
     try:

@@ -9,7 +9,9 @@ struct RequestCut: Error, CustomStringConvertible {
 
 /// The first handler of every connection (after TLS, before HTTP parsing): admits the
 /// connection under `--max-connections`, and closes it when a request head or body takes too
-/// long (`--header-timeout`, `--body-timeout`), which defeats slowloris-style clients.
+/// long (`--header-timeout`, `--body-timeout`), which defeats slowloris-style clients. The
+/// ``OutboundGuard`` after it watches the response bytes (`--write-timeout`); the registry
+/// reads what it publishes when it chooses whom to evict.
 ///
 /// It sees raw bytes, so it knows when a request *starts* arriving; ``RequestGuard``, after the
 /// HTTP decoder, tells it when a head is complete, when a request has been read, and whether a
@@ -65,9 +67,17 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     private var idleSince = ContinuousClock.now
     /// The state last given to the registry.
     private var published: ConnectionRegistry.State?
+    /// A request was refused: what the client sends is dropped unparsed.
+    private var discarding = false
 
-    init(shared: TransportShared, logger: Logger) {
+    /// Bytes between requests are passed to the HTTP decoder in slices of this size.
+    static let headSlice = 1024
+    /// How the connection's response bytes drain (``OutboundGuard``), for the registry.
+    private let progress: OutboundProgress
+
+    init(shared: TransportShared, progress: OutboundProgress, logger: Logger) {
         self.shared = shared
+        self.progress = progress
         self.logger = logger
     }
 
@@ -102,20 +112,24 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     private func activate(_ context: ChannelHandlerContext) {
         guard !activated else { return }
         activated = true
-        switch shared.connections.admit(context.channel) {
+        switch shared.connections.admit(context.channel, progress: progress) {
         case .admitted:
             admitted = true
             armFirstHead()
-        case .admittedEvicting(let victim, let wasReceiving):
+        case .admittedEvicting(let victim, let kind):
             admitted = true
-            shared.metrics.count(.connectionEvicted)
-            let which = wasReceiving ? "the connection whose unfinished request started the longest ago" : "the longest-idle connection"
+            shared.metrics.count(kind == .stalled ? .stalledEvicted : .connectionEvicted)
+            let which = switch kind {
+            case .idle: "the longest-idle connection"
+            case .receiving: "the connection whose unfinished request started the longest ago"
+            case .stalled: "the busy connection whose client has read nothing of its response for the longest"
+            }
             logger.debug("connection limit reached: closed \(which)", metadata: ["max_connections": "\(shared.connections.maximum)"])
-            victim.close(promise: nil)
+            if kind == .stalled { OutboundGuard.abort(victim) } else { victim.close(promise: nil) }
             armFirstHead()
         case .refused:
             shared.metrics.count(.connectionRefused)
-            logger.debug("connection limit reached with every connection busy: closed the new one", metadata: ["max_connections": "\(shared.connections.maximum)"])
+            logger.debug("connection limit reached with every connection busy and its client reading: closed the new one", metadata: ["max_connections": "\(shared.connections.maximum)"])
             phase = .closed
             context.close(promise: nil)
         }
@@ -137,11 +151,37 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         default:
             break
         }
+        guard !discarding else { return }
         if receivingSince == nil {
             receivingSince = .now
             publish()
         }
-        context.fireChannelRead(data)
+        // Between requests, bytes go to the decoder a slice at a time: once a request is refused
+        // (say, one pipelined past --max-pipelined-requests), the rest of what came is not parsed.
+        // A body, once its head was read, goes on whole.
+        var buffer = unwrapInboundIn(data)
+        while buffer.readableBytes > 0, !discarding, phase.isOpen {
+            switch phase {
+            case .readingBody:
+                context.fireChannelRead(wrapInboundOut(buffer))
+                return
+            case .awaitingHead(started: false):
+                // A request ended in an earlier slice, and the next one's bytes follow.
+                phase = .awaitingHead(started: true)
+                arm(after: shared.limits.headerTimeout, reason: .headerTimeout)
+                receivingSince = .now
+                publish()
+            default:
+                break
+            }
+            guard let slice = buffer.readSlice(length: min(buffer.readableBytes, Self.headSlice)) else { return }
+            context.fireChannelRead(wrapInboundOut(slice))
+        }
+    }
+
+    /// A request was refused: nothing more the client sends is parsed (RequestGuard).
+    func discardInbound() {
+        discarding = true
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -177,7 +217,7 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// Whether a request read to its end is being handled, or a response is being written:
-    /// while it is, the connection is never evicted.
+    /// while it is, the connection is evicted only when stalled (its client reading nothing).
     func setBusy(_ busy: Bool) {
         guard busy != self.busy else { return }
         self.busy = busy
@@ -186,7 +226,8 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// The connection was upgraded to a WebSocket (an event stream): its head and body timers
-    /// stop, and like a response being written it is busy — never evicted — until it closes.
+    /// stop, and like a response being written it is busy — evicted only when stalled — until
+    /// it closes.
     func upgraded() {
         guard phase.isOpen else { return }
         phase = .upgraded

@@ -10,7 +10,8 @@ import NIOSSL
 import NIOWebSocket
 
 /// Hummingbird's HTTP/1 child channel with SyncLedger's guards around it: ``ConnectionGuard``
-/// first (raw bytes: admission, head and body timeouts), then HTTP decoding, then
+/// first (raw bytes: admission, head and body timeouts), ``OutboundGuard`` (response bytes:
+/// the write timeout, progress for eviction), then HTTP decoding, then
 /// ``RequestGuard`` (body limits and budget), then Hummingbird's request handling with its idle
 /// timeout. Over TLS, ``TLSChannel`` wraps this, so the guards see decrypted bytes.
 ///
@@ -53,8 +54,10 @@ struct GuardedHTTP1Channel: ServerChildChannel {
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
-            let connectionGuard = ConnectionGuard(shared: shared, logger: self.logger)
+            let progress = OutboundProgress()
+            let connectionGuard = ConnectionGuard(shared: shared, progress: progress, logger: self.logger)
             try channel.pipeline.syncOperations.addHandler(connectionGuard)
+            try channel.pipeline.syncOperations.addHandler(OutboundGuard(limits: shared.limits, metrics: shared.metrics, progress: progress, logger: self.logger))
             // The guards live on the channel's event loop, where every closure below runs.
             let guards = NIOLoopBound(
                 (connectionGuard, RequestGuard(connection: connectionGuard, shared: shared, logger: self.logger)),

@@ -16,6 +16,18 @@ struct HTTPLimits: Sendable {
     /// After refusing a request, how long the server keeps reading (and discarding) what the
     /// client still sends, so that the client reads the refusal before the connection closes.
     var linger: Duration = .seconds(2)
+    /// A connection with response bytes waiting to be sent, none of which the client took for
+    /// this long, is closed (a client that stopped reading: its answers, or its event stream).
+    var writeTimeout: Duration = .seconds(30)
+    /// The most requests of one connection read and not yet answered (HTTP pipelining); the
+    /// next is refused with 429 and the connection closed once the earlier ones are answered.
+    var maxPipelined = 8
+    /// While more than this many response bytes of a connection wait to be sent, no more of its
+    /// requests are read.
+    var maxOutboundBytes = 1 << 20
+    /// At the connection limit, a busy connection whose response has made no progress for this
+    /// long may be closed to make room (after idle and receiving connections).
+    var stallGrace: Duration = .seconds(1)
 }
 
 /// Counters of what the transport refused or cut, rendered into `/metrics`.
@@ -27,6 +39,9 @@ final class TransportMetrics: Sendable {
         case bodyTimeout = "body_timeout"
         case bodyTooLarge = "body_too_large"
         case bodyBudgetExhausted = "body_budget_exhausted"
+        case writeTimeout = "write_timeout"
+        case tooManyPipelined = "too_many_pipelined"
+        case stalledEvicted = "stalled_connection_evicted"
     }
 
     private let counts = Mutex([Event: UInt64]())
@@ -47,6 +62,8 @@ final class TransportMetrics: Sendable {
         out += "syncledger_http_connections_by_state{state=\"idle\"} \(states.idle)\n"
         out += "syncledger_http_connections_by_state{state=\"receiving\"} \(states.receiving)\n"
         out += "syncledger_http_connections_by_state{state=\"busy\"} \(states.busy)\n"
+        out += "# HELP syncledger_http_stalled_connections Connections whose response bytes have waited for their client, none taken, for a second or more (closed at --write-timeout; the first to make room at --max-connections after idle and receiving ones).\n# TYPE syncledger_http_stalled_connections gauge\n"
+        out += "syncledger_http_stalled_connections \(states.stalled)\n"
         out += "# HELP syncledger_http_buffered_body_bytes Request-body bytes received and being buffered now.\n# TYPE syncledger_http_buffered_body_bytes gauge\n"
         out += "syncledger_http_buffered_body_bytes \(budget.inUse)\n"
         out += "# HELP syncledger_http_buffered_body_pool_bytes Of those, the bytes held beyond each connection's own share, from the common pool.\n# TYPE syncledger_http_buffered_body_pool_bytes gauge\n"
@@ -61,17 +78,43 @@ final class TransportMetrics: Sendable {
     }
 }
 
+/// How a connection's response bytes drain: written by its ``ConnectionGuard`` on its event
+/// loop, read by admissions on any thread.
+final class OutboundProgress: Sendable {
+    /// Uptime nanoseconds since which response bytes have waited with none of them sent; 0:
+    /// none wait.
+    private let stalled = Atomic<UInt64>(0)
+
+    init() {}
+
+    /// Bytes wait, and none was sent since `instant`.
+    func waiting(since instant: NIODeadline) { stalled.store(max(1, instant.uptimeNanoseconds), ordering: .relaxed) }
+
+    /// Nothing waits to be sent.
+    func drained() { stalled.store(0, ordering: .relaxed) }
+
+    /// Since when bytes have waited with no progress; nil: none wait.
+    var stalledSince: NIODeadline? {
+        let value = stalled.load(ordering: .relaxed)
+        return value == 0 ? nil : .uptimeNanoseconds(value)
+    }
+}
+
 /// The open connections, bounded by `--max-connections`, and what each is doing.
 ///
 /// A connection is *busy* while it has a request that was read to its end and is being
 /// handled, or a response being written; otherwise it is *idle* (no request in progress: a new
 /// connection that has sent nothing, or keep-alive between requests) or *receiving* (a request
-/// head or body has started to arrive but is not complete). When a connection arrives at the
-/// limit, the longest-idle connection is closed to make room, else the receiving connection
-/// whose request started the longest ago; only when every connection is busy is the new one
-/// closed at once. Neither idle sockets nor sockets that declare a body and never send it can
-/// therefore lock clients out — `/health` answers under any number of them — and a request
-/// that was read and is being handled is never cut for a newcomer.
+/// head or body has started to arrive but is not complete). A connection whose response bytes
+/// wait for its client (``OutboundProgress``) counts as writing, whatever its requests' state,
+/// and is *stalled* once none of them was taken for ``HTTPLimits/stallGrace``: a client that
+/// stopped reading. When a connection arrives at the limit, the longest-idle connection is
+/// closed to make room, else the receiving connection whose request started the longest ago,
+/// else the connection stalled the longest; only when every connection is busy or writing to a
+/// client that reads is the new one closed at once. Neither idle sockets, nor sockets that declare a body and never send
+/// it, nor sockets that ask and never read the answers can therefore lock clients out —
+/// `/health` answers under any number of them — and a request being handled, or an answer
+/// being read, is never cut for a newcomer.
 final class ConnectionRegistry: Sendable {
     /// What a connection is doing, as far as eviction is concerned.
     enum State: Equatable, Sendable {
@@ -83,58 +126,86 @@ final class ConnectionRegistry: Sendable {
         case busy
     }
 
+    /// Who was closed to make room.
+    enum Victim: Sendable {
+        /// The longest-idle connection.
+        case idle
+        /// The connection whose unfinished request started the longest ago (none was idle).
+        case receiving
+        /// The connection whose client has taken none of its response bytes for the longest (no
+        /// connection was idle or receiving with nothing to send).
+        case stalled
+    }
+
     private struct Entry {
         let channel: any Channel
         var state: State
+        let progress: OutboundProgress?
     }
 
-    /// What ``admit(_:)`` decided.
+    /// What ``admit(_:progress:)`` decided.
     enum Admission {
         case admitted
-        /// Admitted in place of this connection, which the caller closes; `wasReceiving`: the
-        /// evicted connection had a request arriving (no connection was idle).
-        case admittedEvicting(any Channel, wasReceiving: Bool)
+        /// Admitted in place of this connection, which the caller closes.
+        case admittedEvicting(any Channel, Victim)
         case refused
     }
 
     /// The most connections open at once.
     let maximum: Int
+    /// A busy connection stalled at least this long may make room.
+    let stallGrace: Duration
     private let entries = Mutex([ObjectIdentifier: Entry]())
 
-    init(maximum: Int) { self.maximum = maximum }
+    init(maximum: Int, stallGrace: Duration = .seconds(1)) {
+        self.maximum = maximum
+        self.stallGrace = stallGrace
+    }
 
     /// Open connections now.
     var open: Int { entries.withLock { $0.count } }
 
-    /// Open connections now by state: idle, receiving, busy.
-    var counts: (idle: Int, receiving: Int, busy: Int) {
-        entries.withLock { entries in
-            var counts = (idle: 0, receiving: 0, busy: 0)
+    /// Open connections now by state: idle, receiving, busy; and, whatever their state, those
+    /// whose response bytes have waited with none taken for at least the stall grace.
+    var counts: (idle: Int, receiving: Int, busy: Int, stalled: Int) {
+        let stalledBefore = Self.deadline(before: stallGrace)
+        return entries.withLock { entries in
+            var counts = (idle: 0, receiving: 0, busy: 0, stalled: 0)
             for entry in entries.values {
                 switch entry.state {
                 case .idle: counts.idle += 1
                 case .receiving: counts.receiving += 1
                 case .busy: counts.busy += 1
                 }
+                if let since = entry.progress?.stalledSince, since <= stalledBefore { counts.stalled += 1 }
             }
             return counts
         }
     }
 
     /// Registers a new connection (idle from now), making room when full by evicting the
-    /// longest-idle connection, else the one whose incomplete request started the longest ago.
-    func admit(_ channel: any Channel) -> Admission {
+    /// longest-idle connection, else the one whose incomplete request started the longest ago,
+    /// else the busy one stalled the longest.
+    func admit(_ channel: any Channel, progress: OutboundProgress? = nil) -> Admission {
         let id = ObjectIdentifier(channel)
         let now = ContinuousClock.now
+        let stalledBefore = Self.deadline(before: stallGrace)
         return entries.withLock { entries in
-            let entry = Entry(channel: channel, state: .idle(since: now))
+            let entry = Entry(channel: channel, state: .idle(since: now), progress: progress)
             if entries.count < maximum {
                 entries[id] = entry
                 return .admitted
             }
             var idle: (ObjectIdentifier, ContinuousClock.Instant)?
             var receiving: (ObjectIdentifier, ContinuousClock.Instant)?
+            var stalled: (ObjectIdentifier, NIODeadline)?
             for (key, candidate) in entries {
+                // Response bytes wait for this client: an answer is being written, whatever the
+                // state of its requests. It makes room only when its client took none for the grace.
+                if let since = candidate.progress?.stalledSince {
+                    if since <= stalledBefore, stalled == nil || since < stalled!.1 { stalled = (key, since) }
+                    continue
+                }
                 switch candidate.state {
                 case .idle(let since):
                     if idle == nil || since < idle!.1 { idle = (key, since) }
@@ -144,10 +215,18 @@ final class ConnectionRegistry: Sendable {
                     continue
                 }
             }
-            guard let (victimID, _) = idle ?? receiving, let evicted = entries.removeValue(forKey: victimID) else { return .refused }
+            let victim: (ObjectIdentifier, Victim)? = idle.map { ($0.0, .idle) } ?? receiving.map { ($0.0, .receiving) }
+                ?? stalled.map { ($0.0, .stalled) }
+            guard let (victimID, kind) = victim, let evicted = entries.removeValue(forKey: victimID) else { return .refused }
             entries[id] = entry
-            return .admittedEvicting(evicted.channel, wasReceiving: idle == nil)
+            return .admittedEvicting(evicted.channel, kind)
         }
+    }
+
+    /// The uptime deadline `duration` ago.
+    private static func deadline(before duration: Duration) -> NIODeadline {
+        let nanoseconds = duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
+        return .now() - .nanoseconds(nanoseconds)
     }
 
     /// Records what a connection is doing now (nothing if it was evicted or never admitted).

@@ -12,6 +12,9 @@ import NIOHTTPTypes
 ///   passed on to be buffered (a declared `Content-Length` takes nothing by itself), and gives
 ///   them back when its response has been written or the connection closes; a request whose
 ///   arriving bytes do not fit is answered 429 at once;
+/// - a connection may have at most `--max-pipelined-requests` requests read and not yet
+///   answered (HTTP pipelining); the next is answered 429 after them, and the connection closes:
+///   requests sent by a client that does not read the answers do not pile up;
 /// - it tells ``ConnectionGuard`` when heads and bodies are complete (their timeouts), and
 ///   whether a request read to its end, or a response, is in progress (who may be evicted).
 ///
@@ -86,6 +89,12 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         case .head(let head):
             connection.headReceived()
             bodyBytes = 0
+            let pipelined = shared.limits.maxPipelined
+            guard owed.count < pipelined else {
+                refuse(context, 429, "TooManyRequestsException", .tooManyPipelined,
+                       "more than \(pipelined) requests were sent on this connection without their answers being read (--max-pipelined-requests); read the answers, or use more connections", headForwarded: false)
+                return
+            }
             let limit = shared.limits.maxBodyBytes
             if let text = head.headerFields[.contentLength], let length = Int(text), length >= 0 {
                 guard length <= limit else {
@@ -143,6 +152,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// this request is dropped.
     private func refuse(_ context: ChannelHandlerContext, _ status: Int, _ type: String, _ event: TransportMetrics.Event, _ message: String, headForwarded: Bool) {
         shared.metrics.count(event)
+        connection.discardInbound()
         logger.info("request refused by the transport", metadata: [
             "status": "\(status)", "reason": "\(event.rawValue)",
             "remote": "\(context.channel.remoteAddress.map { "\($0)" } ?? "-")",

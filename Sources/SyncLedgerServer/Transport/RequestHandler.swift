@@ -4,8 +4,9 @@ import Logging
 import NIOCore
 import SyncLedger
 
-/// Adapts Hummingbird requests to the API, and logs and measures each one. `/health` and
-/// `/metrics` need no signature; `/streams/payload/<token>` is signed by its token; `/ui/` (the
+/// Adapts Hummingbird requests to the API, and logs and measures each one. `/health` needs no
+/// signature; `/metrics` needs the admin's here (``MetricsListener``: unsigned on the listener
+/// of `--metrics-listen`); `/streams/payload/<token>` is signed by its token; `/ui/` (the
 /// history browser) is presigned.
 struct RequestHandler: Sendable {
     let api: CognitoAPI
@@ -23,6 +24,15 @@ struct RequestHandler: Sendable {
     var forwarder: ClusterForwarder? = nil
     /// In cluster mode: this node (for `/metrics` and `GET /cluster/status`).
     var cluster: ClusterNode? = nil
+
+    /// The Prometheus text of `/metrics`.
+    func renderMetrics() async -> String {
+        metrics.render(ledger: ledger) + transport.metrics.render(connections: transport.connections, budget: transport.budget)
+            + (push.map { $0.metrics.render(outbox: $0.outbox, ledger: ledger) } ?? "")
+            + (streams?.renderMetrics() ?? "")
+            + events.renderMetrics()
+            + (await cluster?.renderMetrics(ledger: ledger) ?? "")
+    }
 
     func respond(_ request: Request, channel: any Channel) async -> Response {
         let start = ContinuousClock.now
@@ -46,12 +56,12 @@ struct RequestHandler: Sendable {
             return response
         }
         if request.method == .get, path == "/metrics" {
-            let text = metrics.render(ledger: ledger) + transport.metrics.render(connections: transport.connections, budget: transport.budget)
-                + (push.map { $0.metrics.render(outbox: $0.outbox, ledger: ledger) } ?? "")
-                + (streams?.renderMetrics() ?? "")
-                + events.renderMetrics()
-                + (await cluster?.renderMetrics(ledger: ledger) ?? "")
-            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
+            // Signed by the admin here; unsigned only on the listener of --metrics-listen.
+            if let refusal = MetricsListener.refusal(request, api: api) {
+                metrics.record(operation: "GetMetrics", status: refusal.status.code, seconds: 0)
+                return refusal
+            }
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: await renderMetrics())))
         }
         var request = request
         var wire: WireResponse
