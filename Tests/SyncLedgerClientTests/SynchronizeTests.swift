@@ -1,4 +1,5 @@
 import Foundation
+import SyncLedger
 @testable import SyncLedgerClient
 import Synchronization
 import Testing
@@ -168,9 +169,12 @@ final class SynchronizeTests {
         #expect(try await serverValues(pool, new, copy) == ["theme": "light", "unsynced": "yes"])
     }
 
-    /// How many requests of `operation` the server answered with `status`, from `/metrics`.
+    /// How many requests of `operation` the server answered with `status`, from `/metrics`
+    /// (signed by the admin, as the API's listener requires).
     func served(_ operation: String, status: Int = 200) async throws -> Int {
-        let answer = try await HTTPExchange.send(endpoint: try HTTPEndpoint.parse(server.url).get(), method: .GET, path: "/metrics", timeout: .seconds(10))
+        let signer = SigV4Signer(accessKeyID: TestServer.admin.accessKeyID, secretAccessKey: TestServer.admin.secretAccessKey, service: "cognito-sync")
+        let answer = try await HTTPExchange.send(endpoint: try HTTPEndpoint.parse(server.url).get(), method: .GET, path: "/metrics", signer: signer, timeout: .seconds(10))
+        guard answer.status == 200 else { throw AWSErrorBody(answer).clientError(status: answer.status) }
         let line = String(decoding: answer.body, as: UTF8.self).split(separator: "\n")
             .first { $0.hasPrefix("syncledger_requests_total{operation=\"\(operation)\",status=\"\(status)\"}") }
         return line.flatMap { $0.split(separator: " ").last.flatMap { Int($0) } } ?? 0
