@@ -27,7 +27,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Those calls one source address may make at once (its bucket's size).") var identitySourceBurst = 100.0
     @Option(help: "Those calls a second into one identity pool, from every source together (0: no limit).") var identityPoolRate = 200.0
     @Option(help: "Those calls one identity pool takes at once (its bucket's size).") var identityPoolBurst = 1000.0
-    @Option(help: "The address of a reverse proxy (or of another cluster node) whose X-Forwarded-For names the source of those calls; repeatable. From other peers the header is ignored.") var trustedProxy: [String] = []
+    @Option(help: "The address of a reverse proxy whose X-Forwarded-For names the source of those calls and of event streams; repeatable. From other peers the header is ignored. (Cluster nodes need not be listed: their forwards are authenticated by a MAC.)") var trustedProxy: [String] = []
     @Option(help: "Days idempotency keys of device messages and UpdateRecords are kept before the hourly purge (at least 28).") var idempotencyRetentionDays = 28
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
     @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?

@@ -4,11 +4,12 @@ import SyncLedger
 /// ``CognitoAPI/handleIdentity(_:target:query:operation:)`` applies them (see docs/identity.md).
 extension CognitoAPI {
     /// Takes a token from the caller's source bucket, then from the pool's (a pool that does
-    /// not exist takes none: the call fails on its own); a forwarded request from a trusted
-    /// cluster node was counted where it arrived.
+    /// not exist takes none: the call fails on its own). A request another node of the cluster
+    /// forwarded was counted where it arrived: it passes only with a valid MAC
+    /// (``ForwardedRequestAuth``), never for its `x-syncledger-forwarded` header or its peer.
     /// - Throws: TooManyRequestsException (429) when a bucket is empty.
     func admitIdentityCall(_ name: String, _ json: JSON, _ request: WireRequest, _ throttle: IdentityThrottle) throws {
-        if request.header(ClusterForwarder.header) != nil, throttle.isTrustedForwarder(peer: request.peer) { return }
+        if let forwardAuth, forwardAuth.isAuthentic(request) { return }
         let forwarded = request.headers.filter { $0.0.lowercased() == "x-forwarded-for" }.map(\.1)
         let source = throttle.source(peer: request.peer, forwardedFor: forwarded.isEmpty ? nil : forwarded.joined(separator: ","))
         let options = throttle.options

@@ -146,12 +146,6 @@ final class IdentityThrottle: Sendable {
         return nearest
     }
 
-    /// Whether a request from `peer` may skip the buckets: a cluster node's forwarded request,
-    /// already counted on the node that received it, when that node is a trusted proxy.
-    func isTrustedForwarder(peer: String?) -> Bool {
-        peer.flatMap(Self.normalizedAddress).map(trusted.contains) ?? false
-    }
-
     /// Takes a token from `source`'s bucket.
     /// - Returns: nil when the request may pass, else the seconds until it could.
     func admit(source: String, operation: String) -> Double? {
