@@ -131,17 +131,28 @@ final class IdentityThrottle: Sendable {
     }
     private static let start = ContinuousClock.now
 
+    /// The most `X-Forwarded-For` entries read, from the right: a longer chain is cut there, never
+    /// ignored (which would make the request the proxy's own, a bucket of its own).
+    static let maxForwardedEntries = 32
+
     /// The source a request is counted against: its peer's address, or — when the peer is a
     /// trusted proxy — the rightmost `X-Forwarded-For` address that is not a trusted proxy
     /// (what the nearest trusted proxy saw; entries to its left are the client's to choose).
+    /// Only the rightmost ``maxForwardedEntries`` entries are read, however long the header.
     func source(peer: String?, forwardedFor: String?) -> String {
         guard let peer = peer.flatMap(Self.normalizedAddress) else { return "unknown" }
-        guard trusted.contains(peer), let forwardedFor, forwardedFor.utf8.count <= 4096 else { return peer }
+        guard trusted.contains(peer), let forwardedFor else { return peer }
         var nearest = peer
-        for entry in forwardedFor.split(separator: ",").reversed() {
+        var end = forwardedFor.endIndex
+        for _ in 0..<Self.maxForwardedEntries {
+            let comma = forwardedFor[..<end].lastIndex(of: ",")
+            let begin = comma.map { forwardedFor.index(after: $0) } ?? forwardedFor.startIndex
+            let entry = forwardedFor[begin..<end]
             guard let address = Self.normalizedAddress(entry.trimmingCharacters(in: .whitespaces)) else { return nearest }
             nearest = address
             if !trusted.contains(address) { return address }
+            guard let comma else { break }
+            end = comma
         }
         return nearest
     }
