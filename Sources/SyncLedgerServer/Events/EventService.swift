@@ -51,7 +51,9 @@ final class EventService: Sendable {
     /// - Throws: ``WireError`` — 403 (not signed, bad signature, another identity), 400 (bad
     ///   parameters, a malformed or future `Last-Event-ID`, or one further back than
     ///   ``EventStreamOptions/maxResume``), 429 (a bound reached).
-    func open(_ request: WireRequest, source: String? = nil) async throws -> (EventSession, Credential) {
+    func open(_ request: WireRequest, source peer: String? = nil) async throws -> (EventSession, Credential) {
+        // One spelling per address, an IPv6 address counted as its /64 (``ClientSource``).
+        let source = ClientSource().source(peer: peer, forwardedFor: nil)
         guard request.header("host") != nil else {
             throw WireError.invalidParameter("the request has no Host header; HTTP/1.1 requires one and the signature covers it")
         }

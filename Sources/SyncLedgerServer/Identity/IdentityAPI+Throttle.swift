@@ -12,8 +12,7 @@ extension CognitoAPI {
     func admitIdentityCall(_ name: String, _ json: JSON, _ request: WireRequest, _ throttle: IdentityThrottle) throws {
         if request.identityThrottleCharged { return }
         if let forwardAuth, forwardAuth.isAuthentic(request) { return }
-        let forwarded = request.headers.filter { $0.0.lowercased() == "x-forwarded-for" }.map(\.1)
-        let source = throttle.source(peer: request.peer, forwardedFor: forwarded.isEmpty ? nil : forwarded.joined(separator: ","))
+        let source = throttle.source(of: request)
         let options = throttle.options
         if let wait = throttle.admit(source: source, operation: name) {
             throw IdentityError("TooManyRequestsException", "too many unsigned Cognito Identity calls from \(source) (\(Self.rateText(options.sourceRate, options.sourceBurst))); retry in \(Self.secondsText(wait))", status: 429)
