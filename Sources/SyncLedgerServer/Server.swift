@@ -272,7 +272,8 @@ public enum SyncLedgerServer {
             connections: ConnectionRegistry(maximum: maxConnections),
             budget: BodyBudget(capacity: configuration.maxBufferedBodyBytes, connections: maxConnections, largestBody: configuration.maxBodyBytes),
             metrics: TransportMetrics())
-        let events = EventService(ledger: ledger, authenticator: api.authenticator, options: configuration.events, maxConnections: maxConnections, logger: logger, shards: cluster?.shards)
+        let events = EventService(ledger: ledger, authenticator: api.authenticator, options: configuration.events, maxConnections: maxConnections, logger: logger, shards: cluster?.shards,
+                                  sources: ClientSource(trustedProxies: configuration.identityThrottle.trustedProxies))
         let handler = RequestHandler(
             api: api, events: events,
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication,

@@ -53,7 +53,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Longest wait in seconds between retries.") var pushMaxBackoff = 300.0
     @Option(help: "Seconds between keep-alives on an idle event stream (GET /events): an SSE comment, a WebSocket ping (0.1-3600).") var eventsKeepalive = 15.0
     @Option(help: "Most event streams open at once watching one identity; more get 429.") var eventsPerIdentity = 8
-    @Option(help: "Most event streams open at once from one client address (0: no bound, e.g. behind a proxy); more get 429.") var eventsPerSource = 32
+    @Option(help: "Most event streams open at once from one client: its address (an IPv6 address counts as its /64) or, from a --trusted-proxy, the client its X-Forwarded-For names (0: no bound); more get 429.") var eventsPerSource = 32
     @Option(help: "Furthest back, in change-feed entries behind the end of the log, that an event stream resumes (Last-Event-ID); further gets 400, re-sync.") var eventsMaxResume: UInt64 = 100_000
     @Option(help: "Most event streams open at once (default: half of --max-connections, so other requests find room); more get 429.") var maxEventStreams: Int?
 

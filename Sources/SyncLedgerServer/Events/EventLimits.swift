@@ -7,9 +7,11 @@ public struct EventStreamOptions: Sendable {
     public var keepAlive: Duration = .seconds(15)
     /// The most streams open at once that watch one identity (`--events-per-identity`).
     public var perIdentity = 8
-    /// The most streams open at once from one client address (`--events-per-source`); 0: no
-    /// such bound (behind a proxy every client has the proxy's address). Identities are free to
-    /// make, so the per-identity bound alone does not stop one client from opening many.
+    /// The most streams open at once from one client (`--events-per-source`); 0: no such bound.
+    /// The client is its ``ClientSource``, as for the identity throttle: the peer, or from a
+    /// `--trusted-proxy` the client its `X-Forwarded-For` names; an IPv6 address counts as its
+    /// /64. Identities are free to make, so the per-identity bound alone does not stop one
+    /// client from opening many.
     public var perSource = 32
     /// The furthest back a stream may resume (`Last-Event-ID`), in change-feed entries behind
     /// the end of the log (`--events-max-resume`): catching up reads every entry since, whoever
