@@ -23,7 +23,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
     @Option(help: "Failed deliveries in a row to the stream's sink (retried with backoff) after which a bulk publish is FAILED.") var bulkPublishAttempts = 8
     @Option(help: "Most identities one Cognito Identity pool may have (GetId needs no signature, so this bounds what anyone can make a pool store).") var maxIdentitiesPerPool = 1_000_000
-    @Option(help: "Unsigned Cognito Identity calls (GetId, GetCredentialsForIdentity, GetOpenIdToken) a second from one source address, refilling its token bucket; past it, 429 TooManyRequestsException (0: no limit).") var identitySourceRate = 20.0
+    @Option(help: "Unsigned Cognito Identity calls (GetId, GetCredentialsForIdentity, GetOpenIdToken, UnlinkIdentity) a second from one source (an IPv6 /64), refilling its token bucket; past it, 429 TooManyRequestsException (0: no limit).") var identitySourceRate = 20.0
     @Option(help: "Those calls one source address may make at once (its bucket's size).") var identitySourceBurst = 100.0
     @Option(help: "Those calls a second into one identity pool, from every source together (0: no limit).") var identityPoolRate = 200.0
     @Option(help: "Those calls one identity pool takes at once (its bucket's size).") var identityPoolBurst = 1000.0

@@ -51,4 +51,18 @@ import SyncLedgerTestSupport
             #expect(await api.handle(call("GetId", getId, headers: [(ClusterForwarder.header, "node1"), (ForwardedRequestAuth.header, forward)])).0.status != 429)
         }
     }
+
+    @Test func unlinkIdentityIsUnsignedSoItIsThrottledToo() async throws {
+        try await withLedger { ledger in
+            let api = api(ledger)
+            let unlink = "{\"IdentityId\":\"us-east-1:00000000-0000-0000-0000-000000000001\",\"Logins\":{},\"LoginsToRemove\":[]}"
+            #expect(await api.handle(call("UnlinkIdentity", unlink)).0.status != 429)
+            // It took the source's one token: every unsigned call from there now waits.
+            let refused = await api.handle(call("UnlinkIdentity", unlink)).0
+            #expect(refused.status == 429)
+            #expect(String(decoding: refused.body, as: UTF8.self).contains("TooManyRequestsException"))
+            #expect(await api.handle(call("GetId", getId)).0.status == 429)
+            #expect(api.identityThrottle?.renderMetrics().contains("syncledger_identity_throttled_total{operation=\"UnlinkIdentity\",limit=\"source\"} 1") == true)
+        }
+    }
 }

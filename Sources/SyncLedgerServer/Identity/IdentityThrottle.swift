@@ -56,8 +56,8 @@ public struct TokenBucket: Sendable, Equatable {
 }
 
 /// The limits of the unsigned Cognito Identity operations (GetId, GetCredentialsForIdentity,
-/// GetOpenIdToken): one token bucket per source address and one per identity pool, shared by
-/// the three operations. A rate of 0 turns that bucket off.
+/// GetOpenIdToken, UnlinkIdentity): one token bucket per source and one per identity pool,
+/// shared by the four operations. A rate of 0 turns that bucket off.
 public struct IdentityThrottleOptions: Sendable, Equatable {
     /// Requests a second one source may make (`--identity-source-rate`); a source is an IPv4
     /// address or an IPv6 /64 (``ClientSource``).
@@ -98,7 +98,7 @@ public struct IdentityThrottleOptions: Sendable, Equatable {
 /// `/metrics`. Every node of a cluster keeps its own.
 final class IdentityThrottle: Sendable {
     /// The operations it limits.
-    static let operations: Set<String> = ["GetId", "GetCredentialsForIdentity", "GetOpenIdToken"]
+    static let operations: Set<String> = ["GetId", "GetCredentialsForIdentity", "GetOpenIdToken", "UnlinkIdentity"]
 
     /// Which bucket refused a request.
     enum Limit: String, Sendable {
