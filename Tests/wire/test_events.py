@@ -230,7 +230,7 @@ def test_streams_per_identity_are_bounded_and_freed_on_disconnect(events_server)
     other = Identity(events_server).open()
     assert other.status == 200
     streams[0].close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while (again := a.open()).status != 200:
         assert time.monotonic() < deadline, again.error
         time.sleep(0.05)
@@ -260,7 +260,7 @@ def test_streams_per_client_address_are_bounded_however_many_identities_it_makes
         other = open_sse(server, source="127.0.0.2", key=elsewhere.cred["AccessKeyId"], secret=elsewhere.cred["SecretAccessKey"])
         assert other.status == 200, other.error
         streams[0].close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while (again := Identity(server, pool).open()).status != 200:
             assert time.monotonic() < deadline, again.error
             time.sleep(0.05)
