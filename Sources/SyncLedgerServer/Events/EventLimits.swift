@@ -65,6 +65,13 @@ final class EventAdmission: Sendable {
     private let state = Mutex(State())
     private let metrics: EventMetrics
 
+    /// The bound an admission reached (a metric reason is ``EventMetrics/Refusal``).
+    private enum Bound {
+        case total
+        case perSource
+        case perIdentity
+    }
+
     init(perIdentity: Int, perSource: Int = 0, total: Int, metrics: EventMetrics) {
         self.perIdentity = perIdentity
         self.perSource = perSource
@@ -80,7 +87,7 @@ final class EventAdmission: Sendable {
     /// - Throws: ``WireError`` TooManyRequestsException (429) at any bound.
     func admit(_ identity: IdentityKey?, source: String? = nil) throws -> EventTicket {
         let source = perSource > 0 ? source : nil
-        let refusal = state.withLock { s -> EventMetrics.Refusal? in
+        let refusal = state.withLock { s -> Bound? in
             guard s.open < total else { return .total }
             if let source, s.bySource[source, default: 0] >= perSource { return .perSource }
             if let identity {
@@ -100,7 +107,7 @@ final class EventAdmission: Sendable {
         case .perIdentity?:
             metrics.refused(.perIdentity)
             throw WireError(type: "TooManyRequestsException", status: 429, message: "identity \(identity.map { "\($0.identity)" } ?? "") already has \(perIdentity) event streams open, the most allowed (--events-per-identity); close one or retry later")
-        case .total?, .resumeTooOld?:  // (a resume is judged before admission)
+        case .total?:
             metrics.refused(.total)
             throw WireError(type: "TooManyRequestsException", status: 429, message: "the server has \(total) event streams open, the most allowed (--max-event-streams); retry later")
         }
