@@ -13,6 +13,9 @@ struct WireRequest: Sendable {
     /// The connection's peer address (IPv4 or IPv6), when the transport knows it: the source
     /// the unsigned Cognito Identity calls are throttled by (``IdentityThrottle``).
     var peer: String? = nil
+    /// Set on a request this node runs a second time (its shard's hand-over made this node the
+    /// owner): it already took its tokens from the identity throttle on the first run.
+    var identityThrottleCharged = false
 
     /// The first value of header `name`, given in lower case (header names arrive lower-cased
     /// from the HTTP layer; others are compared case-insensitively).

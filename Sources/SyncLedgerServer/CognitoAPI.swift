@@ -43,6 +43,9 @@ struct CognitoAPI: Sendable {
     var cluster: ClusterNode? = nil
     /// The token buckets of the unsigned Cognito Identity calls (nil: not limited).
     var identityThrottle: IdentityThrottle? = nil
+    /// In cluster mode: tells a request another node forwarded (and already counted) from a
+    /// client's (``ForwardedRequestAuth``).
+    var forwardAuth: ForwardedRequestAuth? = nil
     /// The identity pools past 80 % of their cap.
     var identityCapWatch: IdentityCapWatch? = nil
 

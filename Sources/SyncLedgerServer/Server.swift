@@ -235,8 +235,8 @@ public enum SyncLedgerServer {
         let ledger = try Ledger(directory: configuration.dataDirectory, options: ledgerOptions)
         defer { ledger.close() }
         var joined: ClusterNode?
-        if let options = configuration.cluster {
-            let keys = ClusterKeys(secret: options.secret ?? configuration.adminSecretAccessKey ?? "")
+        let clusterKeys = configuration.cluster.map { ClusterKeys(secret: $0.secret ?? configuration.adminSecretAccessKey ?? "") }
+        if let options = configuration.cluster, let keys = clusterKeys {
             do { joined = try await ClusterNode.start(options, keys: keys, ledger: ledger, logger: logger) } catch let error as StartupError { throw error } catch {
                 throw StartupError("cannot join the cluster at \(options.servers.joined(separator: ",")): \(ClusterConnection.explain(error))")
             }
@@ -245,7 +245,12 @@ public enum SyncLedgerServer {
         let cluster = joined
         // The owner may first finish taking the shard (up to a lease and a round): the answer is
         // waited for that long and 15 s more.
-        let forwarder = cluster.map { ClusterForwarder(nodeID: $0.nodeID, timeout: $0.handoverTime + .seconds(15)) }
+        let forwardAuth = cluster.flatMap { node in clusterKeys.map { ForwardedRequestAuth(keys: $0, nodeID: node.nodeID) } }
+        let forwarder = cluster.map { node in
+            var forwarder = ClusterForwarder(nodeID: node.nodeID, timeout: node.handoverTime + .seconds(15))
+            forwarder.auth = forwardAuth
+            return forwarder
+        }
         let (admin, configured) = try adminCredential(configuration, ledger)
         let configuredAdmin = configured ? admin : nil
         var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: configuredAdmin, regions: Set(configuration.regions)))
@@ -270,6 +275,7 @@ public enum SyncLedgerServer {
         api.push = push?.service
         api.cluster = cluster
         api.identityThrottle = IdentityThrottle(options: configuration.identityThrottle)
+        api.forwardAuth = forwardAuth
         api.identityCapWatch = IdentityCapWatch(cap: configuration.ledger.limits.maxIdentitiesPerPool)
         // Cognito Streams: a leader delivers them; a follower's leader does; on a cluster, each
         // shard's owner delivers that shard's.
@@ -297,7 +303,8 @@ public enum SyncLedgerServer {
             connections: ConnectionRegistry(maximum: maxConnections, stallGrace: limits.stallGrace),
             budget: BodyBudget(capacity: configuration.maxBufferedBodyBytes, connections: maxConnections, largestBody: configuration.maxBodyBytes),
             metrics: TransportMetrics())
-        let events = EventService(ledger: ledger, authenticator: api.authenticator, options: configuration.events, maxConnections: maxConnections, logger: logger, shards: cluster?.shards)
+        let events = EventService(ledger: ledger, authenticator: api.authenticator, options: configuration.events, maxConnections: maxConnections, logger: logger, shards: cluster?.shards,
+                                  sources: ClientSource(trustedProxies: configuration.identityThrottle.trustedProxies))
         let handler = RequestHandler(
             api: api, events: events,
             metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication,

@@ -27,11 +27,11 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Keep a bulk publish IN_PROGRESS at least this many seconds.") var bulkPublishMinSeconds = 0.0
     @Option(help: "Failed deliveries in a row to the stream's sink (retried with backoff) after which a bulk publish is FAILED.") var bulkPublishAttempts = 8
     @Option(help: "Most identities one Cognito Identity pool may have (GetId needs no signature, so this bounds what anyone can make a pool store).") var maxIdentitiesPerPool = 1_000_000
-    @Option(help: "Unsigned Cognito Identity calls (GetId, GetCredentialsForIdentity, GetOpenIdToken) a second from one source address, refilling its token bucket; past it, 429 TooManyRequestsException (0: no limit).") var identitySourceRate = 20.0
+    @Option(help: "Unsigned Cognito Identity calls (GetId, GetCredentialsForIdentity, GetOpenIdToken, UnlinkIdentity) a second from one source (an IPv6 /64), refilling its token bucket; past it, 429 TooManyRequestsException (0: no limit).") var identitySourceRate = 20.0
     @Option(help: "Those calls one source address may make at once (its bucket's size).") var identitySourceBurst = 100.0
     @Option(help: "Those calls a second into one identity pool, from every source together (0: no limit).") var identityPoolRate = 200.0
     @Option(help: "Those calls one identity pool takes at once (its bucket's size).") var identityPoolBurst = 1000.0
-    @Option(help: "The address of a reverse proxy (or of another cluster node) whose X-Forwarded-For names the source of those calls; repeatable. From other peers the header is ignored.") var trustedProxy: [String] = []
+    @Option(help: "The address of a reverse proxy whose X-Forwarded-For names the source of those calls and of event streams; repeatable. From other peers the header is ignored. (Cluster nodes need not be listed: their forwards are authenticated by a MAC.)") var trustedProxy: [String] = []
     @Option(help: "Days idempotency keys of device messages and UpdateRecords are kept before the hourly purge (at least 28).") var idempotencyRetentionDays = 28
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
     @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?
@@ -57,7 +57,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Longest wait in seconds between retries.") var pushMaxBackoff = 300.0
     @Option(help: "Seconds between keep-alives on an idle event stream (GET /events): an SSE comment, a WebSocket ping (0.1-3600).") var eventsKeepalive = 15.0
     @Option(help: "Most event streams open at once watching one identity; more get 429.") var eventsPerIdentity = 8
-    @Option(help: "Most event streams open at once from one client address (0: no bound, e.g. behind a proxy); more get 429.") var eventsPerSource = 32
+    @Option(help: "Most event streams open at once from one client: its address (an IPv6 address counts as its /64) or, from a --trusted-proxy, the client its X-Forwarded-For names (0: no bound); more get 429.") var eventsPerSource = 32
     @Option(help: "Furthest back, in change-feed entries behind the end of the log, that an event stream resumes (Last-Event-ID); further gets 400, re-sync.") var eventsMaxResume: UInt64 = 100_000
     @Option(help: "Most event streams open at once (default: half of --max-connections, so other requests find room); more get 429.") var maxEventStreams: Int?
 

@@ -89,10 +89,19 @@ import Testing
         #expect(throttle.source(peer: "127.0.0.1", forwardedFor: nil) == "127.0.0.1")
         // One spelling per address.
         #expect(throttle.source(peer: "::ffff:192.0.2.7", forwardedFor: nil) == "192.0.2.7")
-        #expect(throttle.source(peer: "2001:DB8:0:0::1", forwardedFor: nil) == "2001:db8::1")
+        // An IPv6 source is its /64: rotating through the /64 is one source.
+        #expect(throttle.source(peer: "2001:DB8:0:0::1", forwardedFor: nil) == "2001:db8::/64")
+        #expect(throttle.source(peer: "2001:db8:0:0:ffff:1234:5678:9abc", forwardedFor: nil) == "2001:db8::/64")
+        #expect(throttle.source(peer: "2001:db8:0:1::1", forwardedFor: nil) == "2001:db8:0:1::/64")
+        #expect(throttle.source(peer: "127.0.0.1", forwardedFor: "2001:db8:aa:bb:1:2:3:4") == "2001:db8:aa:bb::/64")
         #expect(throttle.source(peer: nil, forwardedFor: "203.0.113.5") == "unknown")
-        #expect(throttle.isTrustedForwarder(peer: "10.0.0.9"))
-        #expect(!throttle.isTrustedForwarder(peer: "10.0.0.8"))
+        // A header of any length is read from the right: padding it does not make the request the proxy's.
+        let padded = String(repeating: "198.51.100.1, ", count: 2000) + "203.0.113.5"
+        #expect(padded.utf8.count > 4096)
+        #expect(throttle.source(peer: "127.0.0.1", forwardedFor: padded) == "203.0.113.5")
+        #expect(throttle.source(peer: "127.0.0.1", forwardedFor: String(repeating: "x", count: 10_000) + ", 203.0.113.5") == "203.0.113.5")
+        // A chain of trusted hops longer than what is read stops at the last one read.
+        #expect(throttle.source(peer: "127.0.0.1", forwardedFor: "203.0.113.5" + String(repeating: ", 10.0.0.9", count: 40)) == "10.0.0.9")
     }
 
     @Test func aFloodOfSourcesKeepsTheTableBounded() {

@@ -79,6 +79,11 @@ import SyncLedgerTestSupport
             #expect(alteredError?.code == .invalidParameter)
             let poolsToken = try #require(try ledger.identityPools(maxResults: 1, nextToken: nil).nextToken)
             #expect(throws: LedgerError.self) { _ = try ledger.identities(pool: pool, maxResults: 5, nextToken: poolsToken) }
+            // ListIdentityPools' and ListIdentityPoolUsage's tokens are kinds of their own: neither opens the other.
+            await #expect(throws: LedgerError.self) { _ = try await ledger.listPools(maxResults: 1, nextToken: poolsToken) }
+            if let usageToken = try await ledger.listPools(maxResults: 1).nextToken {
+                #expect(throws: LedgerError.self) { _ = try ledger.identityPools(maxResults: 1, nextToken: usageToken) }
+            }
             // Identity pools, one a page, each once.
             var pools: [String] = [], next: String? = nil
             repeat {

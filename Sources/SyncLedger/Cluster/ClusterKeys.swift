@@ -9,12 +9,16 @@ import Foundation
 ///   kind, publishing node and exact payload (``shardMessageMAC(shard:kind:node:payload:)``);
 /// - values of the cluster's KV buckets (shard leases, node records, the identity key's
 ///   generation) by an HMAC-SHA256 over their bucket, key and exact bytes (``sealRecord(_:bucket:key:)``);
-/// - the OpenID signing keys of every generation (``IdentityKeyring``) come from a seed of their own.
+/// - the OpenID signing keys of every generation (``IdentityKeyring``) come from a seed of their own;
+/// - a request one node forwards to its shard's owner by an HMAC-SHA256 over the forwarding node,
+///   method, path and query, the body's SHA-256 and a timestamp (``forwardedRequestMAC(node:method:target:body:timestamp:)``):
+///   the owner then knows the request was already counted by the node it arrived at.
 ///
 /// Bound to its context, a valid MAC cannot be moved onto another shard, kind or key.
 public struct ClusterKeys: Sendable {
     private let shardMessages: SymmetricKey
     private let records: SymmetricKey
+    private let forwardedRequests: SymmetricKey
     /// The seed of the cluster's OpenID signing keys (see ``IdentityKeyring``).
     public let identitySeed: [UInt8]
 
@@ -28,6 +32,7 @@ public struct ClusterKeys: Sendable {
         }
         shardMessages = derive("shard-messages/v1")
         records = derive("kv-records/v1")
+        forwardedRequests = derive("forwarded-requests/v1")
         identitySeed = derive("openid-signing-key/v1").withUnsafeBytes { Array($0) }
     }
 
@@ -82,6 +87,28 @@ public struct ClusterKeys: Sendable {
         mac.update(data: [UInt8].bigEndian(UInt64(body.count)))
         mac.update(data: body)
         return Self.hex(Array(mac.finalize()))
+    }
+
+    // MARK: Forwarded requests
+
+    /// The MAC of a request forwarded by `node` (64 hex digits): HMAC-SHA256 over a domain tag,
+    /// the node, the method and the target (path and query; each length-prefixed), the SHA-256
+    /// of the body and `timestamp` (seconds since 1970).
+    public func forwardedRequestMAC(node: String, method: String, target: String, body: [UInt8], timestamp: Int64) -> String {
+        var mac = HMAC<SHA256>(key: forwardedRequests)
+        mac.update(data: Array("syncledger forwarded request v1".utf8))
+        for part in [node, method, target] {
+            mac.update(data: [UInt8].bigEndian(UInt64(part.utf8.count)))
+            mac.update(data: Array(part.utf8))
+        }
+        mac.update(data: Array(SHA256.hash(data: body)))
+        mac.update(data: [UInt8].bigEndian(UInt64(bitPattern: timestamp)))
+        return Self.hex(Array(mac.finalize()))
+    }
+
+    /// Whether `mac` authenticates this forwarded request (compared in constant time).
+    public func isAuthenticForward(node: String, method: String, target: String, body: [UInt8], timestamp: Int64, mac: String) -> Bool {
+        Self.constantTimeEqual(Array(forwardedRequestMAC(node: node, method: method, target: target, body: body, timestamp: timestamp).utf8), Array(mac.utf8))
     }
 
     static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }

@@ -11,11 +11,14 @@ enum SignedToken {
         case session = 1
         case recordsPage = 2
         case datasetsPage = 3
+        /// ListIdentityPoolUsage's NextToken.
         case poolsPage = 4
         case identityCredential = 5
         case identitySecret = 6
         case identitiesPage = 7
         case streamPayload = 8
+        /// ListIdentityPools' NextToken (a kind of its own: a usage token never opens it).
+        case identityPoolsPage = 9
     }
 
     static func sign(_ payload: [UInt8], kind: Kind, key: SymmetricKey) -> String {

@@ -168,11 +168,10 @@ extension Ledger {
     ///   or one that was altered.
     public func identityPools(maxResults: Int, nextToken: String?) throws -> (pools: [IdentityPoolDefinition], nextToken: String?) {
         guard maxResults >= 1 else { throw LedgerError(.invalidParameter, "MaxResults must be at least 1, not \(maxResults)") }
-        let marker = Array("identity-pools\u{0}".utf8)
         var start: [UInt8] = []
         if let nextToken {
-            guard let payload = SignedToken.open(nextToken, kind: .poolsPage, key: tokenKey), payload.starts(with: marker),
-                  let after = try? IdentityPoolID(String(decoding: payload.dropFirst(marker.count), as: UTF8.self)) else {
+            guard let payload = SignedToken.open(nextToken, kind: .identityPoolsPage, key: tokenKey),
+                  let after = try? IdentityPoolID(String(decoding: payload, as: UTF8.self)) else {
                 throw LedgerError(.invalidParameter, "NextToken is not one this server issued for ListIdentityPools (altered, or from another call)")
             }
             // The stream keys of a pool share the prefix `pool ␀`, and no id holds a byte below ␁.
@@ -182,25 +181,19 @@ extension Ledger {
         var last: IdentityPoolID?
         var more = false
         try read { txn in
-            try txn.withCursor(schema.streams) { cursor in
-                var scanned = 0
-                var pair = try start.isEmpty ? cursor.first() : cursor.seek(atLeast: start)
-                while let current = pair {
-                    guard pools.count < maxResults, scanned < Self.identityPoolsPageScanLimit else { more = true; return }
-                    guard let end = current.key.firstIndex(of: 0) else { throw LedgerError(.corruptData, "a stream key has no separator") }
-                    let name = Array(current.key[..<end])
-                    let id = try IdentityPoolID(String(decoding: name, as: UTF8.self))
-                    scanned += 1
-                    last = id
-                    let stream = Self.systemStream(id, "configuration")
-                    if let text = try recordValue(txn, stream, key: Self.identityPoolKey) {
-                        pools.append(try Self.decode(IdentityPoolDefinition.self, text, stream: stream))
-                    }
-                    pair = try cursor.seek(atLeast: name + [1])
+            var scanned = 0
+            try forEachPoolWithStreams(txn, from: start) { id in
+                guard pools.count < maxResults, scanned < Self.identityPoolsPageScanLimit else { more = true; return false }
+                scanned += 1
+                last = id
+                let stream = Self.systemStream(id, "configuration")
+                if let text = try recordValue(txn, stream, key: Self.identityPoolKey) {
+                    pools.append(try Self.decode(IdentityPoolDefinition.self, text, stream: stream))
                 }
+                return true
             }
         }
-        let next = more ? last.map { SignedToken.sign(marker + Array($0.rawValue.utf8), kind: .poolsPage, key: tokenKey) } : nil
+        let next = more ? last.map { SignedToken.sign(Array($0.rawValue.utf8), kind: .identityPoolsPage, key: tokenKey) } : nil
         return (pools, next)
     }
 }

@@ -166,23 +166,29 @@ extension Ledger {
         }
     }
 
-    /// Every pool that has a stream, in id order: one seek per pool, however many streams each
-    /// holds (the stream keys of a pool share the prefix `pool ␀`, and no id holds a byte below
-    /// `␁`).
+    /// Every pool that has a stream, in id order (see ``forEachPoolWithStreams(_:from:_:)``).
     func poolsWithStreams() throws -> [IdentityPoolID] {
         try read { txn in
-            try txn.withCursor(schema.streams) { cursor in
-                var pools: [IdentityPoolID] = []
-                var pair = try cursor.first()
-                while let current = pair {
-                    guard let end = current.key.firstIndex(of: 0) else {
-                        throw LedgerError(.corruptData, "a stream key has no separator")
-                    }
-                    let name = Array(current.key[..<end])
-                    pools.append(try IdentityPoolID(String(decoding: name, as: UTF8.self)))
-                    pair = try cursor.seek(atLeast: name + [1])
+            var pools: [IdentityPoolID] = []
+            try forEachPoolWithStreams(txn) { pools.append($0); return true }
+            return pools
+        }
+    }
+
+    /// Calls `body` for each pool that has a stream, in id order, from the first pool whose
+    /// stream keys sort at or after `start` on, until it returns false: one seek per pool,
+    /// however many streams each holds (the stream keys of a pool share the prefix `pool ␀`,
+    /// and no id holds a byte below `␁`).
+    func forEachPoolWithStreams(_ txn: Transaction, from start: [UInt8] = [], _ body: (IdentityPoolID) throws -> Bool) throws {
+        try txn.withCursor(schema.streams) { cursor in
+            var pair = try start.isEmpty ? cursor.first() : cursor.seek(atLeast: start)
+            while let current = pair {
+                guard let end = current.key.firstIndex(of: 0) else {
+                    throw LedgerError(.corruptData, "a stream key has no separator")
                 }
-                return pools
+                let name = Array(current.key[..<end])
+                guard try body(try IdentityPoolID(String(decoding: name, as: UTF8.self))) else { return }
+                pair = try cursor.seek(atLeast: name + [1])
             }
         }
     }

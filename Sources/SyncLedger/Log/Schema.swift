@@ -247,18 +247,10 @@ struct StoredDatasetView: DatasetView {
     /// The stored records with a value whose keys start with `prefix` (at most 400 UTF-8
     /// bytes), in key order. Changes not yet flushed are not seen.
     func storedRecords(prefix: String) throws -> [(key: String, value: String)] {
-        precondition(prefix.utf8.count <= Schema.maxInlineKeyBytes)
-        let start = Schema.recordKey(stream: streamID, key: prefix)
         var result: [(key: String, value: String)] = []
-        try txn.withCursor(schema.records) { cursor in
-            var pair = try cursor.seek(atLeast: start)
-            while let current = pair, current.key.starts(with: start) {
-                guard let (key, state) = try? Schema.decodeRecord(key: current.key, value: current.value) else {
-                    throw LedgerError(.corruptData, "a record does not decode", stream: stream)
-                }
-                if let value = state.value { result.append((key, value)) }
-                pair = try cursor.next()
-            }
+        try forEachStoredRecord(prefix: prefix, after: nil) { key, value in
+            result.append((key, value))
+            return true
         }
         return result
     }

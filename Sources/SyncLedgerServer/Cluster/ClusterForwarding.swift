@@ -14,11 +14,13 @@ import SyncLedger
 struct ClusterForwarder: Sendable {
     static let header = "x-syncledger-forwarded"
     /// Headers that belong to one hop.
-    private static let hopHeaders: Set<String> = ["connection", "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-connection", "content-length", header]
+    private static let hopHeaders: Set<String> = ["connection", "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-connection", "content-length", header, ForwardedRequestAuth.header]
 
     let client: HTTPClient
     let nodeID: String
     let timeout: Duration
+    /// Authenticates each forward to the owner (``ForwardedRequestAuth``); nil: not authenticated.
+    var auth: ForwardedRequestAuth? = nil
 
     init(nodeID: String, timeout: Duration = .seconds(15)) {
         var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(2), read: .init(timeout)))
@@ -40,6 +42,7 @@ struct ClusterForwarder: Sendable {
             outgoing.headers.add(name: name, value: value)
         }
         outgoing.headers.add(name: Self.header, value: nodeID)
+        if let auth { outgoing.headers.add(name: ForwardedRequestAuth.header, value: auth.headerValue(for: request)) }
         outgoing.body = .bytes(ByteBuffer(bytes: request.body))
         do {
             let response = try await client.execute(outgoing, timeout: .seconds(Int64(timeout.components.seconds)))

@@ -7,9 +7,11 @@ public struct EventStreamOptions: Sendable {
     public var keepAlive: Duration = .seconds(15)
     /// The most streams open at once that watch one identity (`--events-per-identity`).
     public var perIdentity = 8
-    /// The most streams open at once from one client address (`--events-per-source`); 0: no
-    /// such bound (behind a proxy every client has the proxy's address). Identities are free to
-    /// make, so the per-identity bound alone does not stop one client from opening many.
+    /// The most streams open at once from one client (`--events-per-source`); 0: no such bound.
+    /// The client is its ``ClientSource``, as for the identity throttle: the peer, or from a
+    /// `--trusted-proxy` the client its `X-Forwarded-For` names; an IPv6 address counts as its
+    /// /64. Identities are free to make, so the per-identity bound alone does not stop one
+    /// client from opening many.
     public var perSource = 32
     /// The furthest back a stream may resume (`Last-Event-ID`), in change-feed entries behind
     /// the end of the log (`--events-max-resume`): catching up reads every entry since, whoever
@@ -63,6 +65,13 @@ final class EventAdmission: Sendable {
     private let state = Mutex(State())
     private let metrics: EventMetrics
 
+    /// The bound an admission reached (a metric reason is ``EventMetrics/Refusal``).
+    private enum Bound {
+        case total
+        case perSource
+        case perIdentity
+    }
+
     init(perIdentity: Int, perSource: Int = 0, total: Int, metrics: EventMetrics) {
         self.perIdentity = perIdentity
         self.perSource = perSource
@@ -78,7 +87,7 @@ final class EventAdmission: Sendable {
     /// - Throws: ``WireError`` TooManyRequestsException (429) at any bound.
     func admit(_ identity: IdentityKey?, source: String? = nil) throws -> EventTicket {
         let source = perSource > 0 ? source : nil
-        let refusal = state.withLock { s -> EventMetrics.Refusal? in
+        let refusal = state.withLock { s -> Bound? in
             guard s.open < total else { return .total }
             if let source, s.bySource[source, default: 0] >= perSource { return .perSource }
             if let identity {
@@ -98,7 +107,7 @@ final class EventAdmission: Sendable {
         case .perIdentity?:
             metrics.refused(.perIdentity)
             throw WireError(type: "TooManyRequestsException", status: 429, message: "identity \(identity.map { "\($0.identity)" } ?? "") already has \(perIdentity) event streams open, the most allowed (--events-per-identity); close one or retry later")
-        case .total?, .resumeTooOld?:  // (a resume is judged before admission)
+        case .total?:
             metrics.refused(.total)
             throw WireError(type: "TooManyRequestsException", status: 429, message: "the server has \(total) event streams open, the most allowed (--max-event-streams); retry later")
         }

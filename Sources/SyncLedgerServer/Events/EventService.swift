@@ -20,8 +20,12 @@ final class EventService: Sendable {
     let logger: Logger
     /// A cluster node's shard map: event ids are then ``ShardPositions``, the same on every node.
     let shards: ShardMap?
+    /// How a stream's client address is found for `--events-per-source` (`--trusted-proxy`).
+    let sources: ClientSource
 
-    init(ledger: Ledger, authenticator: Authenticator, options: EventStreamOptions, maxConnections: Int, logger: Logger, shards: ShardMap? = nil) {
+    init(ledger: Ledger, authenticator: Authenticator, options: EventStreamOptions, maxConnections: Int, logger: Logger, shards: ShardMap? = nil,
+         sources: ClientSource = ClientSource()) {
+        self.sources = sources
         self.shards = shards
         let metrics = EventMetrics()
         self.ledger = ledger
@@ -47,11 +51,15 @@ final class EventService: Sendable {
     /// Authenticates, authorizes and admits a request for a stream; the session it returns
     /// holds its place under the bounds until it is dropped.
     ///
-    /// - Parameter source: the client's address, for the per-source bound (nil: not bounded).
+    /// The request's ``WireRequest/peer`` (and, from a `--trusted-proxy`, its `X-Forwarded-For`)
+    /// is its source for the per-source bound (no peer: not bounded).
     /// - Throws: ``WireError`` — 403 (not signed, bad signature, another identity), 400 (bad
     ///   parameters, a malformed or future `Last-Event-ID`, or one further back than
     ///   ``EventStreamOptions/maxResume``), 429 (a bound reached).
-    func open(_ request: WireRequest, source: String? = nil) async throws -> (EventSession, Credential) {
+    func open(_ request: WireRequest) async throws -> (EventSession, Credential) {
+        // The same source as the identity throttle's: the peer, or the client a trusted proxy
+        // names; an IPv6 address counted as its /64 (``ClientSource``).
+        let source = sources.source(of: request)
         guard request.header("host") != nil else {
             throw WireError.invalidParameter("the request has no Host header; HTTP/1.1 requires one and the signature covers it")
         }

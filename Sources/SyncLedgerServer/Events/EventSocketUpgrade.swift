@@ -27,11 +27,12 @@ extension EventSocket {
             shouldUpgrade: { channel, head in
                 let (path, query) = split(head.uri)
                 let request = WireRequest(method: "GET", rawPath: path, rawQuery: query,
-                                          headers: head.headers.map { ($0.name.lowercased(), $0.value) }, body: [])
+                                          headers: head.headers.map { ($0.name.lowercased(), $0.value) }, body: [],
+                                          peer: channel.remoteAddress?.ipAddress)
                 let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
                 promise.completeWithTask {
                     do {
-                        attempt.settle(.accepted(try await events.open(request, source: channel.remoteAddress?.ipAddress).0))
+                        attempt.settle(.accepted(try await events.open(request).0))
                         return HTTPHeaders()
                     } catch {
                         attempt.settle(.refused(WireError(any: error)))

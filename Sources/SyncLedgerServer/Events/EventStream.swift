@@ -33,8 +33,9 @@ enum EventStream {
             guard body?.readableBytes == 0 else { throw WireError.invalidParameter("GET \(EventService.path) takes no body") }
             var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
             if let authority = request.head.authority { headers.append(("host", authority)) }
-            let wire = WireRequest(method: "GET", rawPath: request.uri.path, rawQuery: request.uri.query, headers: headers, body: [])
-            let (session, credential) = try await service.open(wire, source: channel.remoteAddress?.ipAddress)
+            let wire = WireRequest(method: "GET", rawPath: request.uri.path, rawQuery: request.uri.query, headers: headers, body: [],
+                                   peer: channel.remoteAddress?.ipAddress)
+            let (session, credential) = try await service.open(wire)
             if request.headers[.upgrade]?.lowercased() == "websocket" {
                 // The upgrade is made only as a connection's first request (NIO's upgrader).
                 throw WireError.invalidParameter("a WebSocket upgrade must be the first request on its connection: open a new connection")

@@ -4,13 +4,15 @@ import SyncLedger
 /// ``CognitoAPI/handleIdentity(_:target:query:operation:)`` applies them (see docs/identity.md).
 extension CognitoAPI {
     /// Takes a token from the caller's source bucket, then from the pool's (a pool that does
-    /// not exist takes none: the call fails on its own); a forwarded request from a trusted
-    /// cluster node was counted where it arrived.
+    /// not exist takes none: the call fails on its own). A request another node of the cluster
+    /// forwarded was counted where it arrived: it passes only with a valid MAC
+    /// (``ForwardedRequestAuth``), never for its `x-syncledger-forwarded` header or its peer;
+    /// a request run again on this node after a hand-over was charged on its first run.
     /// - Throws: TooManyRequestsException (429) when a bucket is empty.
     func admitIdentityCall(_ name: String, _ json: JSON, _ request: WireRequest, _ throttle: IdentityThrottle) throws {
-        if request.header(ClusterForwarder.header) != nil, throttle.isTrustedForwarder(peer: request.peer) { return }
-        let forwarded = request.headers.filter { $0.0.lowercased() == "x-forwarded-for" }.map(\.1)
-        let source = throttle.source(peer: request.peer, forwardedFor: forwarded.isEmpty ? nil : forwarded.joined(separator: ","))
+        if request.identityThrottleCharged { return }
+        if let forwardAuth, forwardAuth.isAuthentic(request) { return }
+        let source = throttle.source(of: request)
         let options = throttle.options
         if let wait = throttle.admit(source: source, operation: name) {
             throw IdentityError("TooManyRequestsException", "too many unsigned Cognito Identity calls from \(source) (\(Self.rateText(options.sourceRate, options.sourceBurst))); retry in \(Self.secondsText(wait))", status: 429)

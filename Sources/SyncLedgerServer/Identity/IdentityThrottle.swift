@@ -56,10 +56,11 @@ public struct TokenBucket: Sendable, Equatable {
 }
 
 /// The limits of the unsigned Cognito Identity operations (GetId, GetCredentialsForIdentity,
-/// GetOpenIdToken): one token bucket per source address and one per identity pool, shared by
-/// the three operations. A rate of 0 turns that bucket off.
+/// GetOpenIdToken, UnlinkIdentity): one token bucket per source and one per identity pool,
+/// shared by the four operations. A rate of 0 turns that bucket off.
 public struct IdentityThrottleOptions: Sendable, Equatable {
-    /// Requests a second one source may make (`--identity-source-rate`).
+    /// Requests a second one source may make (`--identity-source-rate`); a source is an IPv4
+    /// address or an IPv6 /64 (``ClientSource``).
     public var sourceRate: Double = 20
     /// Requests one source may make at once (`--identity-source-burst`).
     public var sourceBurst: Double = 100
@@ -86,7 +87,7 @@ public struct IdentityThrottleOptions: Sendable, Equatable {
         for (name, value) in [("--identity-source-burst", sourceBurst), ("--identity-pool-burst", poolBurst)] {
             guard value.isFinite, (1...10_000_000).contains(value) else { throw StartupError("\(name) must be 1 to 10000000 requests, not \(value)") }
         }
-        for proxy in trustedProxies where IdentityThrottle.normalizedAddress(proxy) == nil {
+        for proxy in trustedProxies where ClientSource.normalizedAddress(proxy) == nil {
             throw StartupError("--trusted-proxy must be an IPv4 or IPv6 address, not \(String(proxy.prefix(80)))")
         }
         guard maxTracked >= 1 else { throw StartupError("the identity throttle must track at least one bucket") }
@@ -97,7 +98,7 @@ public struct IdentityThrottleOptions: Sendable, Equatable {
 /// `/metrics`. Every node of a cluster keeps its own.
 final class IdentityThrottle: Sendable {
     /// The operations it limits.
-    static let operations: Set<String> = ["GetId", "GetCredentialsForIdentity", "GetOpenIdToken"]
+    static let operations: Set<String> = ["GetId", "GetCredentialsForIdentity", "GetOpenIdToken", "UnlinkIdentity"]
 
     /// Which bucket refused a request.
     enum Limit: String, Sendable {
@@ -113,14 +114,15 @@ final class IdentityThrottle: Sendable {
     }
 
     let options: IdentityThrottleOptions
-    private let trusted: Set<String>
+    /// How a request's source is found (`--trusted-proxy`), shared with `GET /events`.
+    let sources: ClientSource
     private let clock: @Sendable () -> Double
     private let state = Mutex(State())
 
     /// - Parameter clock: seconds of a monotonic clock (tests give their own).
     init(options: IdentityThrottleOptions, clock: @escaping @Sendable () -> Double = IdentityThrottle.monotonicSeconds) {
         self.options = options
-        self.trusted = Set(options.trustedProxies.compactMap(Self.normalizedAddress))
+        self.sources = ClientSource(trustedProxies: options.trustedProxies)
         self.clock = clock
     }
 
@@ -131,26 +133,15 @@ final class IdentityThrottle: Sendable {
     }
     private static let start = ContinuousClock.now
 
-    /// The source a request is counted against: its peer's address, or — when the peer is a
-    /// trusted proxy — the rightmost `X-Forwarded-For` address that is not a trusted proxy
-    /// (what the nearest trusted proxy saw; entries to its left are the client's to choose).
+    /// The source a request is counted against (``ClientSource``): its peer's address or, from a
+    /// trusted proxy, the client `X-Forwarded-For` names; an IPv6 address counts as its /64;
+    /// "unknown" when the peer is unknown.
     func source(peer: String?, forwardedFor: String?) -> String {
-        guard let peer = peer.flatMap(Self.normalizedAddress) else { return "unknown" }
-        guard trusted.contains(peer), let forwardedFor, forwardedFor.utf8.count <= 4096 else { return peer }
-        var nearest = peer
-        for entry in forwardedFor.split(separator: ",").reversed() {
-            guard let address = Self.normalizedAddress(entry.trimmingCharacters(in: .whitespaces)) else { return nearest }
-            nearest = address
-            if !trusted.contains(address) { return address }
-        }
-        return nearest
+        sources.source(peer: peer, forwardedFor: forwardedFor) ?? "unknown"
     }
 
-    /// Whether a request from `peer` may skip the buckets: a cluster node's forwarded request,
-    /// already counted on the node that received it, when that node is a trusted proxy.
-    func isTrustedForwarder(peer: String?) -> Bool {
-        peer.flatMap(Self.normalizedAddress).map(trusted.contains) ?? false
-    }
+    /// The source of `request` (see ``source(peer:forwardedFor:)``).
+    func source(of request: WireRequest) -> String { sources.source(of: request) ?? "unknown" }
 
     /// Takes a token from `source`'s bucket.
     /// - Returns: nil when the request may pass, else the seconds until it could.
@@ -190,24 +181,6 @@ final class IdentityThrottle: Sendable {
             if wait != nil { s.refused["\(operation)\u{0}\(limit.rawValue)", default: 0] += 1 }
             return wait
         }
-    }
-
-    /// An IPv4 or IPv6 address in one spelling (IPv6 lower-cased, IPv4-mapped IPv6 as IPv4, a
-    /// zone or port left off), nil for anything else.
-    static func normalizedAddress(_ text: some StringProtocol) -> String? {
-        var s = String(text)
-        guard (1...64).contains(s.utf8.count) else { return nil }
-        if s.hasPrefix("["), let close = s.firstIndex(of: "]") { s = String(s[s.index(after: s.startIndex)..<close]) }
-        if let percent = s.firstIndex(of: "%") { s = String(s[..<percent]) }
-        var v4 = in_addr()
-        if inet_pton(AF_INET, s, &v4) == 1 { return s }
-        var v6 = in6_addr()
-        guard inet_pton(AF_INET6, s, &v6) == 1 else { return nil }
-        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-        guard inet_ntop(AF_INET6, &v6, &buffer, socklen_t(buffer.count)) != nil else { return nil }
-        let canonical = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if canonical.hasPrefix("::ffff:"), canonical.contains(".") { return String(canonical.dropFirst(7)) }
-        return canonical
     }
 
     /// The Prometheus text of the limits and the refusals.

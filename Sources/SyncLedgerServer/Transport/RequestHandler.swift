@@ -83,15 +83,18 @@ struct RequestHandler: Sendable {
                 : await api.handle(wireRequest)
             // A write of a shard another node owns goes there, once: a forwarded request that
             // finds the owner moved again answers 503 rather than travel on.
+            // A request run again here was charged by the identity throttle on its first run.
             if let elsewhere = wire.forward, let forwarder, let cluster {
+                var again = wireRequest
+                again.identityThrottleCharged = true
                 if wireRequest.header(ClusterForwarder.header) == nil {
                     switch await forwarder.handOver(wireRequest, elsewhere, cluster: cluster) {
-                    case .runHere: (wire, operation, identity) = await api.handle(wireRequest)
+                    case .runHere: (wire, operation, identity) = await api.handle(again)
                     case .answered(let answer): (wire, operation) = (answer, operation + ".Forwarded")
                     case .noOwner: break
                     }
                 } else if await ClusterForwarder.finishTakingOver(elsewhere, cluster: cluster) {
-                    (wire, operation, identity) = await api.handle(wireRequest)
+                    (wire, operation, identity) = await api.handle(again)
                 }
             }
         } catch let cut as RequestCut {
