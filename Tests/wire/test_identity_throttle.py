@@ -59,7 +59,7 @@ def poll(condition, timeout=30, what="the condition"):
 
 
 def metric(server, line_prefix):
-    for line in server.get("/metrics").text.splitlines():
+    for line in server.metrics().splitlines():
         if line.startswith(line_prefix + " "):
             return float(line.rsplit(" ", 1)[1])
     return None
