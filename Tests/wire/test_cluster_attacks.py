@@ -101,6 +101,15 @@ class RawNats:
         assert "seq" in ack, ack
         return ack["seq"]
 
+    def kv_get(self, bucket, key):
+        """The value of `key` in KV bucket `bucket` (its last message), or None."""
+        answer = json.loads(self.request(f"$JS.API.STREAM.MSG.GET.KV_{bucket}",
+                                         json.dumps({"last_by_subj": f"$KV.{bucket}.{key}"}).encode()))
+        if "message" not in answer:
+            assert answer.get("error", {}).get("err_code") == 10037, answer  # no message found
+            return None
+        return base64.b64decode(answer["message"].get("data", ""))
+
     def last_sequence(self, shard):
         return json.loads(self.request(f"$JS.API.STREAM.INFO.SYNCLEDGER_SHARD_{shard}"))["state"]["last_seq"]
 
@@ -354,6 +363,73 @@ def test_a_rewritten_lease_and_forged_node_records_are_never_trusted(bed, nats):
         assert records(bed.nodes[0], pool, identity, "a") == {"n": str(n - 1)}
     finally:
         attacker.close()
+
+
+class Rewriter:
+    """A thread of the attacker's putting `values` (in turn) on KV key `key` of the lease bucket,
+    every `period` seconds, until stopped; counts its puts."""
+
+    def __init__(self, bed, key, values, period=0.3):
+        self.client = RawNats(bed.nats)
+        self.key, self.values, self.period = key, values, period
+        self.puts = 0
+        self.error = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            while not self.done.is_set():
+                self.client.publish(f"$KV.syncledger_leases.{self.key}", self.values[self.puts % len(self.values)])
+                self.puts += 1
+                self.done.wait(self.period)
+        except Exception as e:  # reported by stop()
+            self.error = e
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(timeout=30)
+        self.client.close()
+        assert self.error is None, self.error
+
+
+def test_a_lease_value_rewritten_on_the_bus_never_keeps_a_shard_from_an_owner(bed, nats):
+    """The owner of a shard dies; the attacker keeps rewriting the shard's lease — alternately
+    with a value without a MAC and with the dead owner's own sealed value, copied — so that the
+    lease never runs out. Some node still takes the shard within a few lease times, keeps it,
+    and its writes go through, while the rewriting goes on."""
+    bed.wait_balanced()
+    shard = 2
+    owner = bed.wait_owner(shard)
+    index = bed.index_of(owner)
+    sealed = nats.kv_get("syncledger_leases", f"shard.{shard}")
+    assert sealed and sealed[64:65] == b".", sealed
+    forged = json.dumps({"node": "evil", "url": "http://127.0.0.1:9"}).encode()
+    bed.kill(index)
+    rewriter = Rewriter(bed, f"shard.{shard}", [forged, sealed])
+    try:
+        deadline = time.monotonic() + 60
+        while (new := bed.owner_of(shard)) is None:
+            assert time.monotonic() < deadline, f"no node took shard {shard} while its lease was rewritten ({rewriter.puts} puts)"
+            time.sleep(0.1)
+        pool = new_id()
+        identity = identity_in(pool, shard)
+        for n in bed.live():
+            retry_unwritten(put, n.client(), pool, identity, "a", {"via": n.url}, timeout=60)
+        puts = rewriter.puts
+        # Writes still go through after a few more lease times of rewriting.
+        deadline = time.monotonic() + 3 * bed.lease_seconds
+        while time.monotonic() < deadline or rewriter.puts < puts + 5:
+            assert time.monotonic() < deadline + 60, "the rewriting stalled"
+            time.sleep(0.1)
+        retry_unwritten(put, new.client(), pool, identity, "b", {"k": "v"}, timeout=60)
+    finally:
+        rewriter.stop()
+        bed.restart(index)
+    bed.wait_balanced()
+    bed.wait_converged()
+    assert records(bed.nodes[index], pool, identity, "b") == {"k": "v"}
 
 
 def identity_clients(node):

@@ -95,9 +95,9 @@ final class ShardLeases: Sendable {
 
     /// A lease this node holds, and that is still valid, was changed by someone else: while it
     /// is valid no node can have taken it (a node takes only a lease that is gone), so the
-    /// change is forged — a value without the cluster's MAC, or one of this node's own values
-    /// put back — or a deletion. Puts this node's value back and keeps the shard. A value of
-    /// another node, authenticated, is left alone (the caller gives the shard up).
+    /// change is forged — a value without the cluster's MAC, one of this node's own values or a
+    /// dead node's put back — or a deletion. Puts this node's value back and keeps the shard. A
+    /// value of another live node, authenticated, is left alone (the caller gives the shard up).
     /// - Returns: whether the lease is this node's again.
     private func restore(_ shard: Int, sent: ContinuousClock.Instant) async -> Bool {
         let key = ClusterNames.lease(shard)
@@ -108,7 +108,7 @@ final class ShardLeases: Sendable {
                 guard let revision = try? await bucket.create(key, holderValue(shard)) else { continue }
                 return keep(shard, revision: revision, sent: sent)
             }
-            if let other = log.sealing.openLease(entry.value, shard: shard), other.node != options.nodeID { return false }
+            if let other = log.sealing.openLease(entry.value, shard: shard), other.node != options.nodeID, await isLive(other.node) { return false }
             counters.noteForgedRecord()
             guard let revision = try? await bucket.update(key, holderValue(shard), lastRevision: entry.revision) else { continue }
             logger.warning("put back a shard's lease someone else had changed", metadata: ["shard": "\(shard)"])
@@ -166,14 +166,35 @@ final class ShardLeases: Sendable {
             guard wanted > 0 else { return }
             for shard in (0..<shards.count).shuffled() where ownership.get(shard) == nil {
                 guard wanted > 0, !Task.isCancelled else { break }
-                if let entry = try await bucket.get(ClusterNames.lease(shard)) { _ = entry; continue }
                 let sent = ContinuousClock.now
-                guard let revision = try? await bucket.create(ClusterNames.lease(shard), holderValue(shard)) else { continue }
+                guard let revision = try await takeLease(shard, records: records) else { continue }
                 if try await takeOver(shard, revision: revision, sent: sent) { wanted -= 1 }
             }
         } catch {
             logger.warning("shard lease round failed", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// Takes shard `shard`'s lease for this node, when it is free: gone (ran out, handed back),
+    /// or — as good as gone — a value no live node holds: one that fails authentication (anyone
+    /// on the bus could keep writing it, and each write would restart its expiry), or one naming
+    /// a node without a live record (a dead node's sealed value put back), or this node's own
+    /// while it does not hold the shard. Such a value is replaced by compare-and-set on its
+    /// revision, and only while no live node's record says it owns the shard (its owner puts its
+    /// own value back over a forged one: ``restore(_:sent:)``). An authenticated value of a live
+    /// node is left alone: that node holds the shard or is taking it.
+    /// - Returns: the revision of this node's new lease, or nil when the shard is not free.
+    private func takeLease(_ shard: Int, records: [(key: String, record: NodeRecord, created: Date)]) async throws -> UInt64? {
+        let key = ClusterNames.lease(shard)
+        guard let entry = try await bucket.get(key) else { return try? await bucket.create(key, holderValue(shard)) }
+        let named = log.sealing.openLease(entry.value, shard: shard)
+        if let named, named.node != options.nodeID, records.contains(where: { $0.key == ClusterNames.node(named.node) }) { return nil }
+        guard !records.contains(where: { $0.key != ClusterNames.node(options.nodeID) && $0.record.owned.contains(shard) }) else { return nil }
+        if named == nil { counters.noteForgedRecord() }
+        guard let revision = try? await bucket.update(key, holderValue(shard), lastRevision: entry.revision) else { return nil }
+        logger.warning("took a shard's lease whose value no live node holds", metadata: [
+            "shard": "\(shard)", "value": "\(named.map { "of node \($0.node.prefix(64)), not live" } ?? "not authenticated")"])
+        return revision
     }
 
     /// Puts this node's record (URL, what it applied, what it owns) in the lease bucket: the
@@ -199,6 +220,13 @@ final class ShardLeases: Sendable {
             records.append((key, record, entry.created))
         }
         return records
+    }
+
+    /// Whether node `id` has a live record (authenticated, in the bucket).
+    private func isLive(_ id: String) async -> Bool {
+        let key = ClusterNames.node(id)
+        guard let entry = try? await bucket.get(key) else { return false }
+        return log.sealing.openNode(entry.value, key: key) != nil
     }
 
     /// The shards to hand back this round, holding `held` (more than `share`). For each other
