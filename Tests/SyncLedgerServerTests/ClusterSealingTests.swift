@@ -77,7 +77,7 @@ import Testing
         tampered[tampered.count - 3] ^= 0x01
         #expect(sealing.openLease(tampered, shard: 2) == nil)
         #expect(ClusterSealing(keys: ClusterKeys(secret: "another-secret-0123456789")).openLease(value, shard: 2) == nil)
-        let record = NodeRecord(url: "http://127.0.0.1:8080", applied: [1, 2], owned: [0], rejected: 3)
+        let record = NodeRecord(url: "http://127.0.0.1:8080", applied: [1, 2], owned: [0], rejected: 3, at: NodeRecord.now)
         let sealed = sealing.sealNode(record, node: "node0")
         #expect(sealing.openNode(sealed, key: ClusterNames.node("node0")) == record)
         #expect(sealing.openNode(sealed, key: ClusterNames.node("node9")) == nil, "copied under another node's key")

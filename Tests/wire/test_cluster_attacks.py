@@ -432,6 +432,54 @@ def test_a_lease_value_rewritten_on_the_bus_never_keeps_a_shard_from_an_owner(be
     assert records(bed.nodes[index], pool, identity, "b") == {"k": "v"}
 
 
+def owned_count(bed, node):
+    return sum(1 for sh in bed.status(node)["Shards"] if sh["OwnedHere"])
+
+
+def test_a_replayed_node_record_does_not_change_the_shares(bed, nats):
+    """Two nodes stop; the one left takes every shard. The attacker puts back the two records
+    they announced before they stopped (sealed, copied from the bus) again and again: were
+    they counted, the node left would think the cluster three nodes and hand half its shards
+    back to nobody. The time sealed in each record shows it old: the shares do not move."""
+    bed.wait_balanced()
+    ids = [bed.status(n)["Node"] for n in bed.nodes]
+    deadline = time.monotonic() + 60
+    while True:  # each node's record, as it announced it last (every third of a lease time)
+        old = {i: nats.kv_get("syncledger_leases", f"node.{ids[i]}") for i in (1, 2)}
+        if all(v and v[64:65] == b"." for v in old.values()):
+            break
+        assert time.monotonic() < deadline, (ids, old)
+        time.sleep(0.1)
+    captured = time.monotonic()
+    rewriters = []
+    try:
+        for i in (1, 2):
+            bed.nodes[i].stop(timeout=15)
+        lone = bed.nodes[0]
+        deadline = time.monotonic() + 60
+        while owned_count(bed, lone) < SHARDS:
+            assert time.monotonic() < deadline, f"the node left did not take every shard: {bed.status(lone)['Shards']}"
+            time.sleep(0.1)
+        # The records are older than any node accepts (three lease times) once this passes.
+        while time.monotonic() < captured + 3 * bed.lease_seconds + 1:
+            time.sleep(0.1)
+        forged_before = bed.status(lone)["ForgedRecords"]
+        rewriters = [Rewriter(bed, f"node.{ids[i]}", [old[i]]) for i in (1, 2)]
+        deadline = time.monotonic() + 5 * bed.lease_seconds
+        while time.monotonic() < deadline or min(r.puts for r in rewriters) < 5:
+            assert time.monotonic() < deadline + 60, "the replaying stalled"
+            assert owned_count(bed, lone) == SHARDS, f"a replayed record shrank the share: {bed.status(lone)['Shards']}"
+            time.sleep(0.1)
+        assert bed.status(lone)["ForgedRecords"] > forged_before
+    finally:
+        for r in rewriters:
+            r.stop()
+        for i in (1, 2):
+            if bed.nodes[i].process.poll() is not None:
+                bed.restart(i)
+    bed.wait_balanced()
+
+
 def identity_clients(node):
     import boto3
     from botocore import UNSIGNED

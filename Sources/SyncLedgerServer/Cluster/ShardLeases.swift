@@ -186,12 +186,13 @@ final class ShardLeases: Sendable {
     /// - Returns: the revision of this node's new lease, or nil when the shard is not free.
     private func takeLease(_ shard: Int, records: [(key: String, record: NodeRecord, created: Date)]) async throws -> UInt64? {
         let key = ClusterNames.lease(shard)
-        guard let entry = try await bucket.get(key) else { return try? await bucket.create(key, holderValue(shard)) }
+        let value = holderValue(shard)
+        guard let entry = try await bucket.get(key) else { return try? await bucket.create(key, value) }
         let named = log.sealing.openLease(entry.value, shard: shard)
         if let named, named.node != options.nodeID, records.contains(where: { $0.key == ClusterNames.node(named.node) }) { return nil }
         guard !records.contains(where: { $0.key != ClusterNames.node(options.nodeID) && $0.record.owned.contains(shard) }) else { return nil }
         if named == nil { counters.noteForgedRecord() }
-        guard let revision = try? await bucket.update(key, holderValue(shard), lastRevision: entry.revision) else { return nil }
+        guard let revision = try? await bucket.update(key, value, lastRevision: entry.revision) else { return nil }
         logger.warning("took a shard's lease whose value no live node holds", metadata: [
             "shard": "\(shard)", "value": "\(named.map { "of node \($0.node.prefix(64)), not live" } ?? "not authenticated")"])
         return revision
@@ -202,31 +203,45 @@ final class ShardLeases: Sendable {
     func announce() async throws {
         guard let nodeURL = url.withLock({ $0 }) else { return }
         let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid,
-                                rejected: (0..<shards.count).reduce(0) { $0 + counters.get($1).rejected })
+                                rejected: (0..<shards.count).reduce(0) { $0 + counters.get($1).rejected }, at: NodeRecord.now)
         _ = try await bucket.put(ClusterNames.node(options.nodeID), log.sealing.sealNode(record, node: options.nodeID))
     }
 
     /// The live nodes' records, by key: only those authenticated by the cluster's key for their
-    /// own key (a forged or copied record is counted and left out, so it neither counts as a
-    /// node nor is handed shards), with when each was last put.
+    /// own key and announced within ``NodeRecord/maxAge(leaseTime:)`` by the time sealed in
+    /// them (a forged, copied or replayed record is counted and left out, so it neither counts
+    /// as a node nor is handed shards), with when each was last put.
     func nodeRecords() async throws -> [(key: String, record: NodeRecord, created: Date)] {
         var records: [(key: String, record: NodeRecord, created: Date)] = []
         for key in try await bucket.keys() where key.hasPrefix("node.") {
             guard let entry = try await bucket.get(key) else { continue }
-            guard let record = log.sealing.openNode(entry.value, key: key) else {
-                counters.noteForgedRecord()
-                continue
-            }
+            guard let record = liveRecord(entry.value, key: key) else { continue }
             records.append((key, record, entry.created))
         }
         return records
     }
 
-    /// Whether node `id` has a live record (authenticated, in the bucket).
+    /// The record `value` of `key`, when authenticated and current; otherwise counted (forged,
+    /// or replayed: announced too long ago by the time sealed in it) and nil.
+    private func liveRecord(_ value: [UInt8], key: String) -> NodeRecord? {
+        guard let record = log.sealing.openNode(value, key: key) else {
+            counters.noteForgedRecord()
+            return nil
+        }
+        guard record.isCurrent(now: NodeRecord.now, leaseTime: options.leaseTime) else {
+            counters.noteForgedRecord()
+            logger.warning("ignored a node record announced too long ago (replayed, or that node's clock is behind)",
+                           metadata: ["key": "\(key.prefix(80))", "at": "\(record.at)"])
+            return nil
+        }
+        return record
+    }
+
+    /// Whether node `id` has a live record (authenticated and current, in the bucket).
     private func isLive(_ id: String) async -> Bool {
         let key = ClusterNames.node(id)
         guard let entry = try? await bucket.get(key) else { return false }
-        return log.sealing.openNode(entry.value, key: key) != nil
+        return liveRecord(entry.value, key: key) != nil
     }
 
     /// The shards to hand back this round, holding `held` (more than `share`). For each other
