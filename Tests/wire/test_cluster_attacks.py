@@ -480,6 +480,35 @@ def test_a_replayed_node_record_does_not_change_the_shares(bed, nats):
     bed.wait_balanced()
 
 
+def test_a_forged_format_mark_is_refused_saying_so_and_a_deleted_one_is_put_back(bed, nats, tmp_path):
+    """The settings bucket's `format` mark decides whether a cluster's history is trusted: one
+    without the cluster's MAC stops a node from starting, with an error that says so; deleted,
+    the next node to start marks the cluster again (its shards' messages are authenticated)."""
+    sealed = nats.kv_get("syncledger_cluster", "format")
+    assert sealed and sealed[64:] == b".2", sealed
+    args = [BINARY, "serve", "--data", str(tmp_path / "node9"), "--host", "127.0.0.1", "--port", "0",
+            *[a if a != "node0" else "node9" for a in bed.args(0)]]
+    env = dict(os.environ, SYNCLEDGER_ACCESS_KEY_ID=ADMIN_KEY, SYNCLEDGER_SECRET_ACCESS_KEY=ADMIN_SECRET)
+    try:
+        for forged in (b"2", b"3", b"0" * 64 + b".2"):
+            nats.publish("$KV.syncledger_cluster.format", forged)
+            done = subprocess.run(args, capture_output=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+            assert done.returncode != 0, done.stdout[-2000:]
+            assert b"format mark" in done.stderr and b"not authenticated" in done.stderr, done.stderr[-2000:]
+        # Nodes running go on (the mark is read at start only).
+        retry_unwritten(put, bed.nodes[0].client(), new_id(), new_id(), "a", {"k": "v"})
+        nats.publish("$KV.syncledger_cluster.format", b"", [("KV-Operation", "DEL")])
+        node = Server(str(tmp_path / "node9b"), [a if a != "node0" else "node9" for a in bed.args(0)])
+        try:
+            assert nats.kv_get("syncledger_cluster", "format") == sealed
+        finally:
+            assert node.stop(timeout=15) == 0
+    finally:
+        if nats.kv_get("syncledger_cluster", "format") != sealed:
+            nats.publish("$KV.syncledger_cluster.format", sealed)
+    bed.wait_balanced()
+
+
 def identity_clients(node):
     import boto3
     from botocore import UNSIGNED

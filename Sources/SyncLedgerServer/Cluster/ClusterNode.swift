@@ -36,13 +36,14 @@ public final class ClusterNode: Sendable {
         let client = try await NATSClient.connect(natsOptions)
         do {
             let jetStream = JetStreamContext(client: client)
-            let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime) {
+            let sealing = ClusterSealing(keys: keys)
+            let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime,
+                                                         sealing: sealing) {
                 logger.info("JetStream not ready; trying again", metadata: ["error": "\($0)"])
             }
             let ownership = ShardOwnership()
             let counters = ShardCounters()
             let bucket = buckets.leases
-            let sealing = ClusterSealing(keys: keys)
             let log = JetStreamShardLog(shards: shards, nodeID: options.nodeID, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters,
                                         sealing: sealing, timeout: options.appendTimeout)
             let node = ClusterNode(
