@@ -25,4 +25,43 @@ extension ClusterSealingTests {
         let untimed = sealing.keys.sealRecord(Array(#"{"url":"http://x","applied":[],"owned":[]}"#.utf8), bucket: ClusterNames.leases, key: "node.node1")
         #expect(sealing.openNode(untimed, key: "node.node1") == nil)
     }
+
+    /// A generation sealed with the time of its rotation.
+    func generation(_ n: UInt64, at: Int64) throws -> (RotatedGeneration, [UInt8]) {
+        let rotated = RotatedGeneration(generation: IdentityKeyGeneration(current: n, previous: n > 1 ? n - 1 : nil), rotatedAt: at)
+        return (rotated, try sealing.seal(rotated, bucket: ClusterNames.settings, key: ClusterIdentityKey.key))
+    }
+
+    @Test func aNodeNeverTakesAnOlderIdentityKeyGenerationNotEvenAfterARestart() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("floor-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent(ClusterNode.identityKeyFile).path
+        let (g2, v2) = try generation(2, at: 1_000)
+        let (g3, v3) = try generation(3, at: 2_000)
+        let floor = IdentityKeyFloor(file: file, sealing: sealing)
+        #expect(floor.generation == nil)
+        #expect(floor.admit(g2, value: v2))
+        #expect(floor.admit(g3, value: v3))
+        #expect(floor.admit(g3, value: v3), "the same one again")
+        #expect(!floor.admit(g2, value: v2), "put back from before the rotation")
+        // The same generation number from an earlier rotation (or a later number sealed with an
+        // earlier time) is refused too.
+        let (old3, oldValue3) = try generation(3, at: 1_500)
+        #expect(!floor.admit(old3, value: oldValue3))
+        let (odd4, oddValue4) = try generation(4, at: 1_900)
+        #expect(!floor.admit(odd4, value: oddValue4))
+        // Restarted: the floor is read back from the data directory.
+        let restarted = IdentityKeyFloor(file: file, sealing: sealing)
+        #expect(restarted.generation == g3)
+        #expect(!restarted.admit(g2, value: v2))
+        let (g4, v4) = try generation(4, at: 3_000)
+        #expect(restarted.admit(g4, value: v4))
+        #expect(IdentityKeyFloor(file: file, sealing: sealing).generation == g4)
+        // A file another key sealed (or anyone wrote) counts as nothing seen.
+        let other = ClusterSealing(keys: ClusterKeys(secret: "another-secret-0123456789"))
+        #expect(IdentityKeyFloor(file: file, sealing: other).generation == nil)
+        try Data("{\"generation\":{\"current\":99},\"rotatedAt\":9}".utf8).write(to: URL(fileURLWithPath: file))
+        #expect(IdentityKeyFloor(file: file, sealing: sealing).generation == nil)
+    }
 }
