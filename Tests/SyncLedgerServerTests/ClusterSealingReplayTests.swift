@@ -26,6 +26,17 @@ extension ClusterSealingTests {
         #expect(sealing.openNode(untimed, key: "node.node1") == nil)
     }
 
+    struct Unencodable: Encodable {
+        struct Refused: Error {}
+        func encode(to encoder: any Encoder) throws { throw Refused() }
+    }
+
+    @Test func aValueThatDoesNotEncodeIsNotSealed() throws {
+        #expect(throws: Unencodable.Refused.self) { try sealing.seal(Unencodable(), key: "node.x") }
+        // Not finite: JSONEncoder refuses it.
+        #expect(throws: (any Error).self) { try sealing.seal(["x": Double.nan], key: "node.x") }
+    }
+
     /// A generation sealed with the time of its rotation.
     func generation(_ n: UInt64, at: Int64) throws -> (RotatedGeneration, [UInt8]) {
         let rotated = RotatedGeneration(generation: IdentityKeyGeneration(current: n, previous: n > 1 ? n - 1 : nil), rotatedAt: at)

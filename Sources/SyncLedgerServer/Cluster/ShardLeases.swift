@@ -46,7 +46,7 @@ final class ShardLeases: Sendable {
     private var holder: LeaseHolder { LeaseHolder(node: options.nodeID, url: url.withLock { $0 } ?? "") }
 
     /// This node's lease value for `shard`, sealed with the cluster's key for that shard's key.
-    private func holderValue(_ shard: Int) -> [UInt8] { log.sealing.sealLease(holder, shard: shard) }
+    private func holderValue(_ shard: Int) throws -> [UInt8] { try log.sealing.sealLease(holder, shard: shard) }
 
     /// Renews, takes and hands back leases until cancelled. Renewals run in a loop of their
     /// own, so a takeover waiting for its replica to catch up never delays them.
@@ -77,7 +77,7 @@ final class ShardLeases: Sendable {
             guard let owned = ownership.get(shard) else { continue }
             let sent = ContinuousClock.now
             do {
-                let revision = try await bucket.update(ClusterNames.lease(shard), holderValue(shard), lastRevision: owned.revision)
+                let revision = try await bucket.update(ClusterNames.lease(shard), try holderValue(shard), lastRevision: owned.revision)
                 // Only extend a lease that is still ours: a fence from another node may have
                 // dropped it meanwhile.
                 if ownership.get(shard) != nil {
@@ -105,12 +105,12 @@ final class ShardLeases: Sendable {
             // Handed back meanwhile (the balance loop deleted it): nothing to put back.
             guard ownership.get(shard) != nil else { return false }
             guard let entry = try? await bucket.get(key) else {
-                guard let revision = try? await bucket.create(key, holderValue(shard)) else { continue }
+                guard let revision = try? await bucket.create(key, try holderValue(shard)) else { continue }
                 return keep(shard, revision: revision, sent: sent)
             }
             if let other = log.sealing.openLease(entry.value, shard: shard), other.node != options.nodeID, await isLive(other.node) { return false }
             counters.noteForgedRecord()
-            guard let revision = try? await bucket.update(key, holderValue(shard), lastRevision: entry.revision) else { continue }
+            guard let revision = try? await bucket.update(key, try holderValue(shard), lastRevision: entry.revision) else { continue }
             logger.warning("put back a shard's lease someone else had changed", metadata: ["shard": "\(shard)"])
             return keep(shard, revision: revision, sent: sent)
         }
@@ -186,7 +186,7 @@ final class ShardLeases: Sendable {
     /// - Returns: the revision of this node's new lease, or nil when the shard is not free.
     private func takeLease(_ shard: Int, records: [(key: String, record: NodeRecord, created: Date)]) async throws -> UInt64? {
         let key = ClusterNames.lease(shard)
-        let value = holderValue(shard)
+        let value = try holderValue(shard)
         guard let entry = try await bucket.get(key) else { return try? await bucket.create(key, value) }
         let named = log.sealing.openLease(entry.value, shard: shard)
         if let named, named.node != options.nodeID, records.contains(where: { $0.key == ClusterNames.node(named.node) }) { return nil }
@@ -204,7 +204,7 @@ final class ShardLeases: Sendable {
         guard let nodeURL = url.withLock({ $0 }) else { return }
         let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid,
                                 rejected: (0..<shards.count).reduce(0) { $0 + counters.get($1).rejected }, at: NodeRecord.now)
-        _ = try await bucket.put(ClusterNames.node(options.nodeID), log.sealing.sealNode(record, node: options.nodeID))
+        _ = try await bucket.put(ClusterNames.node(options.nodeID), try log.sealing.sealNode(record, node: options.nodeID))
     }
 
     /// The live nodes' records, by key: only those authenticated by the cluster's key for their
@@ -277,7 +277,7 @@ final class ShardLeases: Sendable {
         for attempt in 0..<5 {
             if attempt > 0 {
                 let renewing = ContinuousClock.now
-                guard let renewed = try? await bucket.update(ClusterNames.lease(shard), holderValue(shard), lastRevision: revision) else { return false }
+                guard let renewed = try? await bucket.update(ClusterNames.lease(shard), try holderValue(shard), lastRevision: revision) else { return false }
                 (revision, sent) = (renewed, renewing)
             }
             guard ContinuousClock.now < sent + validity else { break }
