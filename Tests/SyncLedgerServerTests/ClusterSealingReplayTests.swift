@@ -37,6 +37,22 @@ extension ClusterSealingTests {
         #expect(throws: (any Error).self) { try sealing.seal(["x": Double.nan], key: "node.x") }
     }
 
+    @Test func theOptionsNeverShowTheSecret() throws {
+        let secret = "s3cret-cluster-key-that-must-not-leak"
+        var options = ClusterOptions(servers: ["nats://127.0.0.1:4222"], nodeID: "node0")
+        options.secret = secret
+        options.connection.credentials = .userPassword(user: "syncledger", password: "nats-password-not-shown")
+        var dumped = ""
+        dump(options, to: &dumped)
+        for shown in [String(describing: options), String(reflecting: options), "\(options)", dumped] {
+            #expect(!shown.contains(secret), "\(shown)")
+            #expect(!shown.contains("nats-password-not-shown"), "\(shown)")
+            #expect(shown.contains("node0"), "\(shown)")
+        }
+        #expect(String(describing: options).contains("<redacted>"))
+        #expect(Mirror(reflecting: options).children.allSatisfy { "\($0.value)" != secret })
+    }
+
     /// A generation sealed with the time of its rotation.
     func generation(_ n: UInt64, at: Int64) throws -> (RotatedGeneration, [UInt8]) {
         let rotated = RotatedGeneration(generation: IdentityKeyGeneration(current: n, previous: n > 1 ? n - 1 : nil), rotatedAt: at)

@@ -1,8 +1,9 @@
 import Foundation
 import SyncLedger
 
-/// How a node joins a cluster (`syncledger serve --cluster nats://HOST:PORT[,…]`).
-public struct ClusterOptions: Sendable {
+/// How a node joins a cluster (`syncledger serve --cluster nats://HOST:PORT[,…]`). Its
+/// `description`, `debugDescription` and mirror (`dump`, `print`) never show ``secret``.
+public struct ClusterOptions: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The nats-servers of the JetStream cluster, tried in turn.
     public var servers: [String]
     /// Shards of the cluster; fixed when the cluster is created (the first node stores it and
@@ -32,6 +33,23 @@ public struct ClusterOptions: Sendable {
         self.nodeID = nodeID
         self.nodeURL = nodeURL
     }
+
+    /// The options, with whether a secret is set but never the secret.
+    public var description: String {
+        "ClusterOptions(servers: \(servers), shards: \(shards), replicas: \(replicas), leaseTime: \(leaseTime), nodeID: \(nodeID), "
+            + "nodeURL: \(nodeURL ?? "nil"), appendTimeout: \(appendTimeout), connection: \(connection), secret: \(secretShown))"
+    }
+
+    public var debugDescription: String { description }
+
+    /// Every field, the secret replaced by whether it is set.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["servers": servers, "shards": shards, "replicas": replicas, "leaseTime": leaseTime, "nodeID": nodeID,
+                                "nodeURL": nodeURL as Any, "appendTimeout": appendTimeout, "connection": connection, "secret": secretShown],
+               displayStyle: .struct)
+    }
+
+    private var secretShown: String { secret == nil ? "nil (the admin secret)" : "<redacted>" }
 }
 
 /// The names a cluster uses in NATS.
