@@ -290,6 +290,10 @@ def test_an_authenticated_message_replayed_is_harmless(bed, nats):
 
 
 def test_a_forged_fence_and_a_replayed_one_take_no_shard(bed, nats):
+    forged_and_replayed_fence(bed, nats, retried=False)
+
+
+def forged_and_replayed_fence(bed, nats, retried):
     bed.wait_balanced()
     shard = 0
     owner = bed.wait_owner(shard)
@@ -308,14 +312,14 @@ def test_a_forged_fence_and_a_replayed_one_take_no_shard(bed, nats):
             fences.append((headers, payload))
     others = [f for f in fences if json.loads(f[1])["node"] != owner_id]
     if not others:
+        # Once only: after the owner's restart another node has fenced the shard.
+        assert not retried, f"no authenticated fence of a node other than {owner_id} on shard {shard}"
         index = bed.index_of(owner)
         bed.nodes[index].stop(timeout=15)
         bed.wait_owner(shard)
         bed.restart(index)
         bed.wait_balanced()
-        owner = bed.wait_owner(shard)
-        owner_id = bed.status(owner)["Node"]
-        return test_a_forged_fence_and_a_replayed_one_take_no_shard(bed, nats)
+        return forged_and_replayed_fence(bed, nats, retried=True)
     headers, payload = others[-1]
     stale_before = shard_status(bed, owner, shard).get("StaleFences", 0)
     last = nats.publish(subject, payload, [h for h in headers if not h[0].startswith("Nats-")])
@@ -337,7 +341,6 @@ def test_a_rewritten_lease_and_forged_node_records_are_never_trusted(bed, nats):
         pool = new_id()
         shard = 3
         owner, other = non_owner(bed, shard)
-        owned_before = [bed.status(n)["OwnedHere"] for n in bed.live()]
         forged_before = {n.data_dir: bed.status(n)["ForgedRecords"] for n in bed.live()}
         holder = json.dumps({"node": "evil", "url": attacker.url}).encode()
         record = json.dumps({"url": attacker.url, "applied": [0] * SHARDS, "owned": []}).encode()
@@ -353,12 +356,11 @@ def test_a_rewritten_lease_and_forged_node_records_are_never_trusted(bed, nats):
             retry_unwritten(put, other.client(), pool, identity, "a", {"n": str(n)})
             n += 1
         assert attacker.received == [], f"forwarded to the attacker: {attacker.received[:2]}"
-        # Every node saw the forged records (and the owner the forged lease) and ignored them:
-        # nobody counted the forged nodes, so no shard was handed back.
+        # Every node saw the forged records (and the owner the forged lease) and ignored them;
+        # the owner kept the attacked shard (other shards may move meanwhile: a rebalance).
         for node in bed.live():
             assert bed.status(node)["ForgedRecords"] > forged_before[node.data_dir]
-        assert [bed.status(n)["OwnedHere"] for n in bed.live()] == owned_before
-        assert shard_status(bed, owner, shard)["OwnedHere"]
+        assert shard_status(bed, owner, shard)["OwnedHere"], f"the owner lost shard {shard}"
         bed.wait_converged()
         assert records(bed.nodes[0], pool, identity, "a") == {"n": str(n - 1)}
     finally:
