@@ -69,7 +69,7 @@ import Testing
 
     @Test func leasesAndNodeRecordsOpenForTheirKeyOnly() throws {
         let holder = LeaseHolder(node: "node0", url: "http://127.0.0.1:8080")
-        let value = sealing.sealLease(holder, shard: 2)
+        let value = try sealing.sealLease(holder, shard: 2)
         #expect(sealing.openLease(value, shard: 2) == holder)
         #expect(sealing.openLease(value, shard: 3) == nil, "another shard's key")
         #expect(sealing.openLease(Array(try JSONEncoder().encode(LeaseHolder(node: "evil", url: "http://attacker"))), shard: 2) == nil, "unsealed")
@@ -77,8 +77,8 @@ import Testing
         tampered[tampered.count - 3] ^= 0x01
         #expect(sealing.openLease(tampered, shard: 2) == nil)
         #expect(ClusterSealing(keys: ClusterKeys(secret: "another-secret-0123456789")).openLease(value, shard: 2) == nil)
-        let record = NodeRecord(url: "http://127.0.0.1:8080", applied: [1, 2], owned: [0], rejected: 3)
-        let sealed = sealing.sealNode(record, node: "node0")
+        let record = NodeRecord(url: "http://127.0.0.1:8080", applied: [1, 2], owned: [0], rejected: 3, at: NodeRecord.now)
+        let sealed = try sealing.sealNode(record, node: "node0")
         #expect(sealing.openNode(sealed, key: ClusterNames.node("node0")) == record)
         #expect(sealing.openNode(sealed, key: ClusterNames.node("node9")) == nil, "copied under another node's key")
         #expect(sealing.openLease(sealed, shard: 0) == nil)

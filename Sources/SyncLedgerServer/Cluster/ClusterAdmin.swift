@@ -177,7 +177,7 @@ public struct ClusterAdmin: Sendable {
         if let problem = verification.problem {
             throw LedgerError(.corruptData, "the ledger does not verify, so it is not imported: \(problem)")
         }
-        let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime) { _ in }
+        let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: replicas, leaseTime: leaseTime, sealing: sealing) { _ in }
         for shard in 0..<shards.count {
             let last = try await jetStream.streamInfo(ClusterNames.stream(shard))?.state.lastSeq ?? 0
             guard last == 0 else {

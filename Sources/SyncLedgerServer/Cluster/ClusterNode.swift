@@ -36,13 +36,14 @@ public final class ClusterNode: Sendable {
         let client = try await NATSClient.connect(natsOptions)
         do {
             let jetStream = JetStreamContext(client: client)
-            let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime) {
+            let sealing = ClusterSealing(keys: keys)
+            let buckets = try await ClusterSetup.prepare(jetStream, shards: shards, replicas: options.replicas, leaseTime: options.leaseTime,
+                                                         sealing: sealing) {
                 logger.info("JetStream not ready; trying again", metadata: ["error": "\($0)"])
             }
             let ownership = ShardOwnership()
             let counters = ShardCounters()
             let bucket = buckets.leases
-            let sealing = ClusterSealing(keys: keys)
             let log = JetStreamShardLog(shards: shards, nodeID: options.nodeID, jetStream: jetStream, leases: bucket, ownership: ownership, counters: counters,
                                         sealing: sealing, timeout: options.appendTimeout)
             let node = ClusterNode(
@@ -54,9 +55,12 @@ public final class ClusterNode: Sendable {
                 bucket: bucket, streamCursors: ClusterStreamCursors(bucket: buckets.streams),
                 consumers: ClusterConsumers(bucket: buckets.consumers, map: shards, lastSequence: { try await log.lastSequence($0) }))
             if let keyring = ledger.options.identityKeyring {
-                // Sign with the cluster's generation from the first request on.
-                _ = try await ClusterIdentityKey.follow(buckets.settings, sealing: sealing, keyring: keyring, counters: counters)
-                node.tasks.withLock { $0.append(Task { await node.followIdentityKey(keyring, settings: buckets.settings, logger: logger) }) }
+                // Never below the newest generation this node has taken; then sign with the
+                // cluster's generation from the first request on.
+                let floor = IdentityKeyFloor(file: ledger.directory + "/" + ClusterNode.identityKeyFile, sealing: sealing)
+                if let newest = floor.generation?.generation, newest.current >= keyring.generation.current { keyring.set(newest) }
+                _ = try await ClusterIdentityKey.follow(buckets.settings, sealing: sealing, keyring: keyring, floor: floor, counters: counters)
+                node.tasks.withLock { $0.append(Task { await node.followIdentityKey(keyring, floor: floor, settings: buckets.settings, logger: logger) }) }
             }
             ledger.bindCluster(log)
             node.tasks.withLock { tasks in
@@ -69,6 +73,10 @@ public final class ClusterNode: Sendable {
             throw error
         }
     }
+
+    /// The file of a node's data directory keeping the newest OpenID key generation it has
+    /// taken (``IdentityKeyFloor``).
+    static let identityKeyFile = "cluster-identity-key"
 
     private init(options: ClusterOptions, shards: ShardMap, client: NATSClient, jetStream: JetStreamContext, ownership: ShardOwnership,
                  counters: ShardCounters, log: JetStreamShardLog, leases: ShardLeases, tail: ShardTail, bucket: KeyValue,

@@ -1,7 +1,9 @@
+import Foundation
 import SyncLedger
 
-/// How a node joins a cluster (`syncledger serve --cluster nats://HOST:PORT[,…]`).
-public struct ClusterOptions: Sendable {
+/// How a node joins a cluster (`syncledger serve --cluster nats://HOST:PORT[,…]`). Its
+/// `description`, `debugDescription` and mirror (`dump`, `print`) never show ``secret``.
+public struct ClusterOptions: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The nats-servers of the JetStream cluster, tried in turn.
     public var servers: [String]
     /// Shards of the cluster; fixed when the cluster is created (the first node stores it and
@@ -31,6 +33,23 @@ public struct ClusterOptions: Sendable {
         self.nodeID = nodeID
         self.nodeURL = nodeURL
     }
+
+    /// The options, with whether a secret is set but never the secret.
+    public var description: String {
+        "ClusterOptions(servers: \(servers), shards: \(shards), replicas: \(replicas), leaseTime: \(leaseTime), nodeID: \(nodeID), "
+            + "nodeURL: \(nodeURL ?? "nil"), appendTimeout: \(appendTimeout), connection: \(connection), secret: \(secretShown))"
+    }
+
+    public var debugDescription: String { description }
+
+    /// Every field, the secret replaced by whether it is set.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["servers": servers, "shards": shards, "replicas": replicas, "leaseTime": leaseTime, "nodeID": nodeID,
+                                "nodeURL": nodeURL as Any, "appendTimeout": appendTimeout, "connection": connection, "secret": secretShown],
+               displayStyle: .struct)
+    }
+
+    private var secretShown: String { secret == nil ? "nil (the admin secret)" : "<redacted>" }
 }
 
 /// The names a cluster uses in NATS.
@@ -71,11 +90,30 @@ struct LeaseHolder: Codable, Sendable, Equatable {
 
 /// A live node as it announces itself in the lease bucket every lease round (the entry expires
 /// with the bucket's max age when the node stops): its HTTP API, the last message of each shard
-/// it applied, and the shards it owns.
+/// it applied, the shards it owns, and when it announced this (inside the sealed body, so a
+/// record put back later — a replay — shows its age).
 struct NodeRecord: Codable, Sendable, Equatable {
     var url: String
     var applied: [UInt64]
     var owned: [Int]
     /// Messages of its shards' streams it skipped as not authenticated, in all.
     var rejected: UInt64?
+    /// When the node announced it: milliseconds since 1970 by its wall clock.
+    var at: Int64
+
+    /// How old a record may be, by its ``at`` and this node's wall clock, and still count: three
+    /// lease times (a node announces every third of one), so nodes' clocks may differ by up to
+    /// two lease times and more.
+    static func maxAge(leaseTime: Duration) -> Duration { leaseTime * 3 }
+
+    /// Whether the record was announced within ``maxAge(leaseTime:)`` of `now` (milliseconds
+    /// since 1970); a record from the future is current (a clock ahead of this node's).
+    func isCurrent(now: Int64, leaseTime: Duration) -> Bool {
+        let limit = Self.maxAge(leaseTime: leaseTime)
+        let ms = limit.components.seconds * 1000 + limit.components.attoseconds / 1_000_000_000_000_000
+        return at >= now - ms
+    }
+
+    /// Milliseconds since 1970 by this machine's wall clock.
+    static var now: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 }

@@ -79,8 +79,8 @@ struct ClusterSealing: Sendable {
     // MARK: KV records
 
     /// A lease's value for `holder`.
-    func sealLease(_ holder: LeaseHolder, shard: Int) -> [UInt8] {
-        seal(holder, key: ClusterNames.lease(shard))
+    func sealLease(_ holder: LeaseHolder, shard: Int) throws -> [UInt8] {
+        try seal(holder, key: ClusterNames.lease(shard))
     }
 
     /// The holder a lease entry names, when the value is authenticated for that shard's key.
@@ -89,8 +89,8 @@ struct ClusterSealing: Sendable {
     }
 
     /// A node's record, sealed for its key.
-    func sealNode(_ record: NodeRecord, node: String) -> [UInt8] {
-        seal(record, key: ClusterNames.node(node))
+    func sealNode(_ record: NodeRecord, node: String) throws -> [UInt8] {
+        try seal(record, key: ClusterNames.node(node))
     }
 
     /// A node record, when authenticated for `key` (`node.<id>`).
@@ -98,8 +98,10 @@ struct ClusterSealing: Sendable {
         open(NodeRecord.self, value, key: key)
     }
 
-    func seal<T: Encodable>(_ value: T, bucket: String = ClusterNames.leases, key: String) -> [UInt8] {
-        keys.sealRecord(Array((try? JSONEncoder().encode(value)) ?? Data()), bucket: bucket, key: key)
+    /// `value`'s JSON sealed for `key` of `bucket`.
+    /// - Throws: the encoder's error (nothing is sealed: never an empty body).
+    func seal<T: Encodable>(_ value: T, bucket: String = ClusterNames.leases, key: String) throws -> [UInt8] {
+        keys.sealRecord(Array(try JSONEncoder().encode(value)), bucket: bucket, key: key)
     }
 
     func open<T: Decodable>(_ type: T.Type, _ value: [UInt8], bucket: String = ClusterNames.leases, key: String) -> T? {

@@ -46,7 +46,7 @@ final class ShardLeases: Sendable {
     private var holder: LeaseHolder { LeaseHolder(node: options.nodeID, url: url.withLock { $0 } ?? "") }
 
     /// This node's lease value for `shard`, sealed with the cluster's key for that shard's key.
-    private func holderValue(_ shard: Int) -> [UInt8] { log.sealing.sealLease(holder, shard: shard) }
+    private func holderValue(_ shard: Int) throws -> [UInt8] { try log.sealing.sealLease(holder, shard: shard) }
 
     /// Renews, takes and hands back leases until cancelled. Renewals run in a loop of their
     /// own, so a takeover waiting for its replica to catch up never delays them.
@@ -77,7 +77,7 @@ final class ShardLeases: Sendable {
             guard let owned = ownership.get(shard) else { continue }
             let sent = ContinuousClock.now
             do {
-                let revision = try await bucket.update(ClusterNames.lease(shard), holderValue(shard), lastRevision: owned.revision)
+                let revision = try await bucket.update(ClusterNames.lease(shard), try holderValue(shard), lastRevision: owned.revision)
                 // Only extend a lease that is still ours: a fence from another node may have
                 // dropped it meanwhile.
                 if ownership.get(shard) != nil {
@@ -95,9 +95,9 @@ final class ShardLeases: Sendable {
 
     /// A lease this node holds, and that is still valid, was changed by someone else: while it
     /// is valid no node can have taken it (a node takes only a lease that is gone), so the
-    /// change is forged — a value without the cluster's MAC, or one of this node's own values
-    /// put back — or a deletion. Puts this node's value back and keeps the shard. A value of
-    /// another node, authenticated, is left alone (the caller gives the shard up).
+    /// change is forged — a value without the cluster's MAC, one of this node's own values or a
+    /// dead node's put back — or a deletion. Puts this node's value back and keeps the shard. A
+    /// value of another live node, authenticated, is left alone (the caller gives the shard up).
     /// - Returns: whether the lease is this node's again.
     private func restore(_ shard: Int, sent: ContinuousClock.Instant) async -> Bool {
         let key = ClusterNames.lease(shard)
@@ -105,12 +105,12 @@ final class ShardLeases: Sendable {
             // Handed back meanwhile (the balance loop deleted it): nothing to put back.
             guard ownership.get(shard) != nil else { return false }
             guard let entry = try? await bucket.get(key) else {
-                guard let revision = try? await bucket.create(key, holderValue(shard)) else { continue }
+                guard let revision = try? await bucket.create(key, try holderValue(shard)) else { continue }
                 return keep(shard, revision: revision, sent: sent)
             }
-            if let other = log.sealing.openLease(entry.value, shard: shard), other.node != options.nodeID { return false }
+            if let other = log.sealing.openLease(entry.value, shard: shard), other.node != options.nodeID, await isLive(other.node) { return false }
             counters.noteForgedRecord()
-            guard let revision = try? await bucket.update(key, holderValue(shard), lastRevision: entry.revision) else { continue }
+            guard let revision = try? await bucket.update(key, try holderValue(shard), lastRevision: entry.revision) else { continue }
             logger.warning("put back a shard's lease someone else had changed", metadata: ["shard": "\(shard)"])
             return keep(shard, revision: revision, sent: sent)
         }
@@ -166,9 +166,8 @@ final class ShardLeases: Sendable {
             guard wanted > 0 else { return }
             for shard in (0..<shards.count).shuffled() where ownership.get(shard) == nil {
                 guard wanted > 0, !Task.isCancelled else { break }
-                if let entry = try await bucket.get(ClusterNames.lease(shard)) { _ = entry; continue }
                 let sent = ContinuousClock.now
-                guard let revision = try? await bucket.create(ClusterNames.lease(shard), holderValue(shard)) else { continue }
+                guard let revision = try await takeLease(shard, records: records) else { continue }
                 if try await takeOver(shard, revision: revision, sent: sent) { wanted -= 1 }
             }
         } catch {
@@ -176,29 +175,73 @@ final class ShardLeases: Sendable {
         }
     }
 
+    /// Takes shard `shard`'s lease for this node, when it is free: gone (ran out, handed back),
+    /// or — as good as gone — a value no live node holds: one that fails authentication (anyone
+    /// on the bus could keep writing it, and each write would restart its expiry), or one naming
+    /// a node without a live record (a dead node's sealed value put back), or this node's own
+    /// while it does not hold the shard. Such a value is replaced by compare-and-set on its
+    /// revision, and only while no live node's record says it owns the shard (its owner puts its
+    /// own value back over a forged one: ``restore(_:sent:)``). An authenticated value of a live
+    /// node is left alone: that node holds the shard or is taking it.
+    /// - Returns: the revision of this node's new lease, or nil when the shard is not free.
+    private func takeLease(_ shard: Int, records: [(key: String, record: NodeRecord, created: Date)]) async throws -> UInt64? {
+        let key = ClusterNames.lease(shard)
+        let value = try holderValue(shard)
+        guard let entry = try await bucket.get(key) else { return try? await bucket.create(key, value) }
+        let named = log.sealing.openLease(entry.value, shard: shard)
+        if let named, named.node != options.nodeID, records.contains(where: { $0.key == ClusterNames.node(named.node) }) { return nil }
+        guard !records.contains(where: { $0.key != ClusterNames.node(options.nodeID) && $0.record.owned.contains(shard) }) else { return nil }
+        if named == nil { counters.noteForgedRecord() }
+        guard let revision = try? await bucket.update(key, value, lastRevision: entry.revision) else { return nil }
+        logger.warning("took a shard's lease whose value no live node holds", metadata: [
+            "shard": "\(shard)", "value": "\(named.map { "of node \($0.node.prefix(64)), not live" } ?? "not authenticated")"])
+        return revision
+    }
+
     /// Puts this node's record (URL, what it applied, what it owns) in the lease bucket: the
     /// others count live nodes by these records, and read how far each has applied.
     func announce() async throws {
         guard let nodeURL = url.withLock({ $0 }) else { return }
         let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid,
-                                rejected: (0..<shards.count).reduce(0) { $0 + counters.get($1).rejected })
-        _ = try await bucket.put(ClusterNames.node(options.nodeID), log.sealing.sealNode(record, node: options.nodeID))
+                                rejected: (0..<shards.count).reduce(0) { $0 + counters.get($1).rejected }, at: NodeRecord.now)
+        _ = try await bucket.put(ClusterNames.node(options.nodeID), try log.sealing.sealNode(record, node: options.nodeID))
     }
 
     /// The live nodes' records, by key: only those authenticated by the cluster's key for their
-    /// own key (a forged or copied record is counted and left out, so it neither counts as a
-    /// node nor is handed shards), with when each was last put.
+    /// own key and announced within ``NodeRecord/maxAge(leaseTime:)`` by the time sealed in
+    /// them (a forged, copied or replayed record is counted and left out, so it neither counts
+    /// as a node nor is handed shards), with when each was last put.
     func nodeRecords() async throws -> [(key: String, record: NodeRecord, created: Date)] {
         var records: [(key: String, record: NodeRecord, created: Date)] = []
         for key in try await bucket.keys() where key.hasPrefix("node.") {
             guard let entry = try await bucket.get(key) else { continue }
-            guard let record = log.sealing.openNode(entry.value, key: key) else {
-                counters.noteForgedRecord()
-                continue
-            }
+            guard let record = liveRecord(entry.value, key: key) else { continue }
             records.append((key, record, entry.created))
         }
         return records
+    }
+
+    /// The record `value` of `key`, when authenticated and current; otherwise counted (forged,
+    /// or replayed: announced too long ago by the time sealed in it) and nil.
+    private func liveRecord(_ value: [UInt8], key: String) -> NodeRecord? {
+        guard let record = log.sealing.openNode(value, key: key) else {
+            counters.noteForgedRecord()
+            return nil
+        }
+        guard record.isCurrent(now: NodeRecord.now, leaseTime: options.leaseTime) else {
+            counters.noteForgedRecord()
+            logger.warning("ignored a node record announced too long ago (replayed, or that node's clock is behind)",
+                           metadata: ["key": "\(key.prefix(80))", "at": "\(record.at)"])
+            return nil
+        }
+        return record
+    }
+
+    /// Whether node `id` has a live record (authenticated and current, in the bucket).
+    private func isLive(_ id: String) async -> Bool {
+        let key = ClusterNames.node(id)
+        guard let entry = try? await bucket.get(key) else { return false }
+        return liveRecord(entry.value, key: key) != nil
     }
 
     /// The shards to hand back this round, holding `held` (more than `share`). For each other
@@ -234,7 +277,7 @@ final class ShardLeases: Sendable {
         for attempt in 0..<5 {
             if attempt > 0 {
                 let renewing = ContinuousClock.now
-                guard let renewed = try? await bucket.update(ClusterNames.lease(shard), holderValue(shard), lastRevision: revision) else { return false }
+                guard let renewed = try? await bucket.update(ClusterNames.lease(shard), try holderValue(shard), lastRevision: revision) else { return false }
                 (revision, sent) = (renewed, renewing)
             }
             guard ContinuousClock.now < sent + validity else { break }
