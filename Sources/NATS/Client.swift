@@ -4,7 +4,9 @@ import NIOSSL
 /// Options of a ``NATSClient``.
 public struct NATSClientOptions: Sendable {
     /// Server URLs (`nats://host:port`), tried round-robin. Servers announced in INFO's
-    /// `connect_urls` are added to this list.
+    /// `connect_urls` are added to this list — except those of the first INFO of a connection
+    /// that is then upgraded to TLS: that INFO came in clear, so only INFOs received over TLS
+    /// may add servers (a man in the middle cannot add its own host and receive the credentials).
     public var servers: [String]
     /// The name sent in CONNECT.
     public var name: String?
@@ -25,7 +27,10 @@ public struct NATSClientOptions: Sendable {
     /// Messages a subscription buffers before it is dropped as a slow consumer. Default 65 536.
     public var subscriptionBufferLimit: Int = 65_536
     /// Credentials sent in CONNECT, on the first connection and on every reconnection.
-    /// Default ``NATSAuth/none``.
+    /// Default ``NATSAuth/none``. With a password or a token the client upgrades to TLS whenever
+    /// the server offers it (`tls_available`), even if neither side requires TLS; only a server
+    /// that offers no TLS gets them in clear — set ``NATSTLSOptions/required`` (or use `tls://`
+    /// URLs) to refuse that, since a man in the middle can hide the offer.
     public var auth: NATSAuth = .none
     /// TLS: when to require it, what to trust, and an optional client certificate.
     public var tls = NATSTLSOptions()
@@ -110,7 +115,12 @@ public actor NATSClient {
         let required = options.tls.isRequired || list.contains { $0.tlsScheme }
         var context: NIOSSLContext?
         if required || options.tls.keyFile != nil { context = try options.tls.makeContext() }
-        tls = TLSUpgrade(context: context, required: required)
+        var secret = false
+        switch options.auth {
+        case .userPassword, .token: secret = true
+        case .none, .nkey: break
+        }
+        tls = TLSUpgrade(context: context, required: required, whenOffered: secret)
     }
 
     /// Connects to the first reachable server of `options.servers` (each tried once).
@@ -120,7 +130,7 @@ public actor NATSClient {
         return client
     }
 
-    private func start() async throws {
+    func start() async throws {
         var lastError: any Error = NATSError.cannotConnect("no server")
         for (i, addr) in servers.enumerated() {
             do {
@@ -281,7 +291,7 @@ public actor NATSClient {
             if let h = handshake, h.generation == gen, !connectSent {
                 let line: String
                 do {
-                    line = try connectLine(info: i, tls: conn.address.tlsScheme || tls.required || i.tlsRequired)
+                    line = try connectLine(info: i, tls: conn.address.tlsScheme || tls.upgrades(for: i))
                 } catch {
                     handshake = nil
                     h.continuation.resume(throwing: error)

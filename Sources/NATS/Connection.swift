@@ -31,9 +31,17 @@ final class NATSChannelHandler: ChannelInboundHandler {
         let buffer = unwrapInboundIn(data)
         do {
             for op in try parser.feed(buffer.readableBytesView) {
-                if case .info(let info) = op, !sawInfo {
+                if case .info(var info) = op, !sawInfo {
                     sawInfo = true
-                    try upgradeIfNeeded(info, context: context)
+                    if try upgradeIfNeeded(info, context: context) {
+                        // This INFO came in clear, before TLS: anyone on the path could have
+                        // written it. Its `connect_urls` would let them add their own host to the
+                        // server list (and receive the credentials on a reconnection), so they
+                        // are dropped; INFOs over the TLS connection give them.
+                        info.connectURLs = []
+                        continuation.yield(.op(.info(info)))
+                        continue
+                    }
                 }
                 continuation.yield(.op(op))
             }

@@ -84,15 +84,23 @@ struct TLSUpgrade: Sendable {
     /// made with the system's trust roots.
     var context: NIOSSLContext?
     var required: Bool
+    /// The client sends a secret (a password or a token): upgrade whenever the server offers TLS
+    /// (`tls_available`), even if neither side requires it, so the secret is not sent in clear.
+    var whenOffered = false
+
+    /// Whether a connection whose server sent `info` as its first INFO is upgraded to TLS.
+    func upgrades(for info: NATSServerInfo) -> Bool {
+        info.tlsRequired || required || (whenOffered && info.tlsAvailable)
+    }
 }
 
 extension NATSChannelHandler {
     /// Called with the first INFO, before it is passed on: adds the TLS handler in front of this
-    /// one when either side requires TLS, so the client's CONNECT is written through it.
-    func upgradeIfNeeded(_ info: NATSServerInfo, context: ChannelHandlerContext) throws(NATSError) {
-        let serverRequires = info.tlsRequired
-        let offered = serverRequires || info.tlsAvailable
-        guard serverRequires || tls.required else { return }
+    /// one when either side requires TLS (or the client has a secret to send and the server
+    /// offers TLS), so the client's CONNECT is written through it. Returns whether it upgraded.
+    func upgradeIfNeeded(_ info: NATSServerInfo, context: ChannelHandlerContext) throws(NATSError) -> Bool {
+        let offered = info.tlsRequired || info.tlsAvailable
+        guard tls.upgrades(for: info) else { return false }
         guard offered else {
             throw .tlsRequired("\(address) does not offer TLS, and the client requires it")
         }
@@ -111,6 +119,7 @@ extension NATSChannelHandler {
         } catch {
             throw .tlsConfiguration("cannot start TLS with \(address): \(error)")
         }
+        return true
     }
 
     /// A TLS error as a typed NATSError naming what failed.

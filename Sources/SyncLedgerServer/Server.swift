@@ -350,6 +350,9 @@ public enum SyncLedgerServer {
                     if purged.messageKeys + purged.updateKeys > 0 {
                         logger.info("purged idempotency keys", metadata: ["messages": "\(purged.messageKeys)", "updates": "\(purged.updateKeys)"])
                     }
+                    if purged.undecodableEntries > 0 {
+                        logger.warning("idempotency purge: message entries could not be decoded; their keys went", metadata: ["entries": "\(purged.undecodableEntries)"])
+                    }
                 } catch {
                     logger.warning("idempotency key purge failed", metadata: ["error": "\(error)"])
                 }

@@ -138,8 +138,19 @@ def test_a_devices_creator_does_not_learn_who_logs_in_on_it(server):
     r = as_creator("POST", "/devices/sync-token", {"DeviceCode": phone, "Token": token})  # not even the one it has
     assert (r.status_code, r.headers.get("x-amzn-ErrorType")) == (403, DENIED), r.text
     assert guest.describe(phone)["HasToken"] is True and admin.describe(phone, query=urlencode({"IdentityPoolId": pool}))["IdentityId"] == guest_id
-    # It keeps the info updates of its launches, taking the token away, and logout.
-    assert as_creator("POST", "/devices/sync", {"DeviceCode": phone, "AppVersion": "3.3.0"}).status_code == 200
+    # Nor replace the settings it may not read, nor change the platform (that drops the guest's
+    # token): 403, and nothing changed.
+    for body in ({"DeviceCode": phone, "Settings": {"home": "elsewhere"}},
+                 {"DeviceCode": phone, "Settings": {}},
+                 {"DeviceCode": phone, "Platform": "GCM"},
+                 {"DeviceCode": phone, "AppVersion": "9.9.9", "Settings": {"home": "elsewhere"}}):
+        r = as_creator("POST", "/devices/sync", body)
+        assert (r.status_code, r.headers.get("x-amzn-ErrorType")) == (403, DENIED), r.text
+        assert "logged in" in r.json()["message"], r.text
+    after = guest.describe(phone)
+    assert (after["Settings"], after["Platform"], after["AppVersion"], after["HasToken"]) == ({"home": "Bahnhofstrasse 1"}, "APNS", "3.2.0", True), after
+    # It keeps the info updates of its launches (the same platform too), taking the token away, and logout.
+    assert as_creator("POST", "/devices/sync", {"DeviceCode": phone, "AppVersion": "3.3.0", "Platform": "APNS"}).status_code == 200
     assert as_creator("POST", "/devices/sync-token", {"DeviceCode": phone, "Token": None}).status_code == 200
     assert (guest.describe(phone)["HasToken"], guest.describe(phone)["AppVersion"]) == (False, "3.3.0")
     r = as_creator("DELETE", "/devices/" + tablet)  # removed as it was: redacted too

@@ -52,6 +52,10 @@ public struct IdempotencyPurge: Sendable, Hashable {
     /// Keys of device messages sent without `SentAt`, whose places for consumers went but whose
     /// keys stay: only the key tells a resend of such a message from a new one.
     public var messageKeysKept = 0
+    /// Message entries whose log entry could not be read or decoded when the purge asked
+    /// whether they had `SentAt`: their keys went like any other (one bad entry does not stop
+    /// the purge); the server logs their count as a warning.
+    public var undecodableEntries = 0
     /// Keys of UpdateRecords calls.
     public var updateKeys = 0
 }
@@ -124,7 +128,15 @@ extension Ledger {
                         // after an earlier purge moved it to the newer entry) — unless the message
                         // had no SentAt: its time to live counts from its arrival, so a resend
                         // without its key would be taken as a new message, however late.
-                        if try self.messageHadNoSentAt(txn, sequence: Array(current.key)) {
+                        let hadNoSentAt: Bool
+                        do {
+                            hadNoSentAt = try self.messageHadNoSentAt(txn, sequence: Array(current.key))
+                        } catch {
+                            // One unreadable entry must not stop the hourly purge: its key may go.
+                            hadNoSentAt = false
+                            purge.undecodableEntries += 1
+                        }
+                        if hadNoSentAt {
                             purge.messageKeysKept += 1
                         } else if let ack = try txn.get(self.schema.messageIDs, key: row.key), ack.count >= 8,
                                   Array(ack.prefix(8)).bigEndianUInt64() == current.key.bigEndianUInt64() {
@@ -150,6 +162,7 @@ extension Ledger {
             }
             total.messageKeys += round.0.messageKeys
             total.messageKeysKept += round.0.messageKeysKept
+            total.undecodableEntries += round.0.undecodableEntries
             total.updateKeys += round.0.updateKeys
             if round.1 < batch && round.0.updateKeys < batch { return total }
         }

@@ -50,9 +50,14 @@ extension Ledger {
     /// admin), overwrite what they send; settings given replace the stored ones. A platform
     /// change drops the token (a token belongs to a platform).
     ///
+    /// While another identity is logged in on the device, its creator
+    /// (``RegistryCaller/isCreatorOnly(of:)``) may update the hardware info only: not
+    /// `Settings` (it may not read them) and not a different `Platform`.
+    ///
     /// - Throws: `.notFound` for a code the caller may not use; `.invalidParameter` for bad
     ///   fields or a new device without a platform; `.limitExceeded` when the identity already
-    ///   created ``Limits/maxDevicesPerIdentity`` devices.
+    ///   created ``Limits/maxDevicesPerIdentity`` devices; `.notAuthorized` for `Settings` or a
+    ///   new `Platform` sent by the creator of a device another identity is logged in on.
     public func syncDevice(pool: IdentityPoolID, caller: RegistryCaller, code: String?, info: DeviceInfo) async throws -> String {
         if case .identity(let id) = caller { try Self.requireUserIdentity(id) }
         try info.validate()
@@ -72,6 +77,16 @@ extension Ledger {
                 device = try change.createDevice(owner: owner.rawValue, platform: platform, now: now, limit: maxDevices)
             }
             let before = device
+            if caller.isCreatorOnly(of: device) {
+                // Another identity is logged in: the creator may not read its Settings, so it
+                // may not replace them either; a new Platform would drop that user's token.
+                if info.settings != nil {
+                    throw LedgerError(.notAuthorized, "another identity is logged in on device \(device.id): its creator may not set its Settings (only the identity logged in on it does); send the info without Settings, or log the device out first")
+                }
+                if let platform = info.platform, platform != device.platform {
+                    throw LedgerError(.notAuthorized, "another identity is logged in on device \(device.id): its creator may not change its Platform (that would take the user's token away); log the device out first")
+                }
+            }
             if let platform = info.platform, platform != device.platform {
                 try change.setToken(&device, nil, now: now)
                 device.platform = platform
