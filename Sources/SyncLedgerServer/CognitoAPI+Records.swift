@@ -49,7 +49,7 @@ extension CognitoAPI {
         guard let hook = try ledger.secrets.hook(arn: arn) else {
             throw WireError(LedgerError(.hookInvalidOutput, "identity pool \(pool)'s SyncTrigger \(arn) has no hook endpoint configured (syncledger sync-trigger set)"))
         }
-        return WebhookSyncTrigger(hook: hook, client: WebhookSyncTrigger.sharedClient)
+        return WebhookSyncTrigger(hook: hook, client: WebhookSyncTrigger.sharedClient, timeout: syncTriggerTimeout)
     }
 
     func updateRecords(_ route: Route, _ request: WireRequest, _ credential: Credential) async throws -> WireResponse {

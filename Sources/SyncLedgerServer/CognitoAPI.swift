@@ -41,6 +41,8 @@ struct CognitoAPI: Sendable {
     var push: PushService? = nil
     /// This node, in cluster mode.
     var cluster: ClusterNode? = nil
+    /// How long a SyncTrigger hook has to answer (`serve --sync-trigger-timeout`).
+    var syncTriggerTimeout: Duration = WebhookSyncTrigger.defaultTimeout
     /// The token buckets of the unsigned Cognito Identity calls (nil: not limited).
     var identityThrottle: IdentityThrottle? = nil
     /// In cluster mode: tells a request another node forwarded (and already counted) from a

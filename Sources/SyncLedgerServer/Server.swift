@@ -78,6 +78,9 @@ public struct ServerConfiguration: Sendable {
     /// How long idempotency keys (device messages, UpdateRecords' `Idempotency-Key`) are kept
     /// before the hourly purge removes them: at least 28 days.
     public var idempotencyRetention: Duration = Ledger.minimumIdempotencyRetention
+    /// How long a SyncTrigger hook has to answer before the write fails with
+    /// `LambdaSocketTimeoutException` (504): 0.1 to 60 s, 5 s (Cognito's Lambda limit) by default.
+    public var syncTriggerTimeout: Duration = .seconds(5)
     /// The leader's URL (`http://HOST:PORT` or `https://HOST:PORT`): run as a read-only
     /// follower that replicates it, signing with the admin credential above (which the leader
     /// must share).
@@ -147,6 +150,9 @@ public struct ServerConfiguration: Sendable {
         try push.validate()
         guard idempotencyRetention >= Ledger.minimumIdempotencyRetention else {
             throw StartupError("--idempotency-retention-days must be at least 28 (a message may live four weeks), not \(idempotencyRetention.components.seconds / 86_400)")
+        }
+        guard syncTriggerTimeout >= .milliseconds(100), syncTriggerTimeout <= WebhookSyncTrigger.maxTimeout else {
+            throw StartupError("--sync-trigger-timeout must be 0.1 to 60 seconds")
         }
         try events.validate(maxConnections: maxConnections)
         try identityThrottle.validate()
@@ -274,6 +280,7 @@ public enum SyncLedgerServer {
         if let cluster, let service = push?.service { Self.pushOnShardOwners(service, cluster: cluster, ledger: ledger) }
         api.push = push?.service
         api.cluster = cluster
+        api.syncTriggerTimeout = configuration.syncTriggerTimeout
         api.identityThrottle = IdentityThrottle(options: configuration.identityThrottle)
         api.forwardAuth = forwardAuth
         api.identityCapWatch = IdentityCapWatch(cap: configuration.ledger.limits.maxIdentitiesPerPool)

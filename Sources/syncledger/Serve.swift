@@ -33,6 +33,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Those calls one identity pool takes at once (its bucket's size).") var identityPoolBurst = 1000.0
     @Option(help: "The address of a reverse proxy whose X-Forwarded-For names the source of those calls and of event streams; repeatable. From other peers the header is ignored. (Cluster nodes need not be listed: their forwards are authenticated by a MAC.)") var trustedProxy: [String] = []
     @Option(help: "Days idempotency keys of device messages and UpdateRecords are kept before the hourly purge (at least 28).") var idempotencyRetentionDays = 28
+    @Option(help: "Seconds a SyncTrigger hook has to answer before the write fails with LambdaSocketTimeoutException (0.1-60; Cognito's Lambda limit is 5).") var syncTriggerTimeout = 5.0
     @Option(help: "Run as a read-only follower of this leader (http(s)://HOST:PORT), replicating its change feed.") var follow: String?
     @Option(help: "PEM certificates to trust for an https leader (a private CA or its self-signed certificate).") var followCa: String?
     @Option(help: "Seconds the leader may hold a follower's pull that finds nothing new (0-30).") var followWait = 20.0
@@ -100,6 +101,7 @@ struct Serve: AsyncParsableCommand {
         config.identityThrottle.poolBurst = identityPoolBurst
         config.identityThrottle.trustedProxies = trustedProxy
         config.idempotencyRetention = .seconds(Int64(clamping: max(0, min(idempotencyRetentionDays, 100_000))) * 86_400)
+        config.syncTriggerTimeout = Self.duration(syncTriggerTimeout)
         if !region.isEmpty { config.regions = region }
         config.follow = follow
         config.followCA = followCa

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import BINARY, Dataset, dataset_path, new_id
+from conftest import BINARY, Dataset, Server, dataset_path, new_id
 
 SECRET = "hook-secret-0123456789abcdef"
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:validate"
@@ -203,7 +203,7 @@ class HeldHook:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["content-length"]))
                 hook.calls += 1
-                hook.release.wait(30)
+                hook.release.wait(60)
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
@@ -217,15 +217,20 @@ class HeldHook:
 
 def idempotency_waits(server):
     """`syncledger_idempotency_waits_total` from /metrics (0 when the server has no such line)."""
-    for line in server.get("/metrics").text.splitlines():
+    for line in server.metrics().splitlines():
         if line.startswith("syncledger_idempotency_waits_total "):
             return int(line.split()[1])
     return 0
 
 
-def test_a_retry_racing_its_original_calls_the_hook_once_and_gets_the_same_answer(server, admin, tmp_path):
+def test_a_retry_racing_its_original_calls_the_hook_once_and_gets_the_same_answer(tmp_path):
     """Issue 22, item 6c: two identical UpdateRecords with one Idempotency-Key, the second sent
-    while the hook still holds the first: the hook is called once and both get the same 200."""
+    while the hook still holds the first: the hook is called once and both get the same 200.
+    Deterministic: the hook is released only once the server counts the retry waiting for the
+    original, and this server gives the hook 60 s (`--sync-trigger-timeout`), not 5 — so a slow
+    machine cannot time the original out (504) and let the retry call the hook again."""
+    server = Server(str(tmp_path / "held-hook"), ["--fast", "--sync-trigger-timeout", "60"])
+    admin = server.client()
     held = HeldHook()
     arn = "arn:aws:lambda:us-east-1:123456789012:function:held"
     secret = tmp_path / "secret"
@@ -249,7 +254,7 @@ def test_a_retry_racing_its_original_calls_the_hook_once_and_gets_the_same_answe
         waits = idempotency_waits(server)
         first = threading.Thread(target=send, args=(0,))
         first.start()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 45   # well within the hook's 60 s
         while held.calls < 1:
             assert time.monotonic() < deadline, "the hook was never called"
             time.sleep(0.01)
@@ -260,8 +265,8 @@ def test_a_retry_racing_its_original_calls_the_hook_once_and_gets_the_same_answe
             assert time.monotonic() < deadline, "the retry neither called the hook nor waited"
             time.sleep(0.01)
         held.release.set()
-        first.join(30)
-        second.join(30)
+        first.join(60)
+        second.join(60)
         assert held.calls == 1
         assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
         assert answers[0].json() == answers[1].json()
@@ -271,3 +276,4 @@ def test_a_retry_racing_its_original_calls_the_hook_once_and_gets_the_same_answe
     finally:
         held.release.set()
         held.server.shutdown()
+        server.stop(timeout=10)

@@ -17,7 +17,12 @@ import SyncLedger
 struct WebhookSyncTrigger: SyncTrigger {
     let hook: SyncTriggerHook
     let client: HTTPClient
-    static let timeout: Duration = .seconds(5)
+    /// How long the hook has to answer (`serve --sync-trigger-timeout`; 5 s, Cognito's Lambda
+    /// limit, by default).
+    var timeout: Duration = Self.defaultTimeout
+    static let defaultTimeout: Duration = .seconds(5)
+    /// The longest `--sync-trigger-timeout`.
+    static let maxTimeout: Duration = .seconds(60)
 
     var name: String { hook.arn }
 
@@ -26,12 +31,20 @@ struct WebhookSyncTrigger: SyncTrigger {
     static let sharedClient: HTTPClient = {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
-        configuration.timeout = .init(connect: .seconds(5), read: .seconds(5))
+        // Reads are bounded by each call's own deadline (its trigger's timeout, at most 60 s).
+        configuration.timeout = .init(connect: .seconds(5), read: .seconds(60))
         // Every concurrent UpdateRecords of a hooked pool waits on its hook: as many kept-alive
         // connections as writers, not AsyncHTTPClient's default 8.
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
+
+    /// A timeout in milliseconds and as said in errors ("5 seconds").
+    static func describe(_ timeout: Duration) -> (milliseconds: Double, text: String) {
+        let ms = Double(timeout.components.seconds) * 1000 + Double(timeout.components.attoseconds) / 1e15
+        let value = ms / 1000
+        return (ms, value == value.rounded() ? "\(Int(value)) seconds" : "\(value) seconds")
+    }
 
     /// The event as Cognito sends it, written with the server's JSON writer (keys sorted).
     static func eventJSON(_ event: SyncTriggerEvent) -> [UInt8] {
@@ -79,12 +92,13 @@ struct WebhookSyncTrigger: SyncTrigger {
         let arn = hook.arn
         let stream = event.stream
         let limit = body.count + (1 << 20)
-        let deadline = ContinuousClock.now + Self.timeout
+        let deadline = ContinuousClock.now + timeout
+        let seconds = Self.describe(timeout)
         let answer: [UInt8]
         do {
             answer = try await withThrowingTaskGroup(of: [UInt8]?.self) { group in
                 group.addTask {
-                    let response = try await client.execute(prepared, timeout: .seconds(5))
+                    let response = try await client.execute(prepared, deadline: .now() + .milliseconds(Int64(seconds.milliseconds)))
                     let status = response.status.code
                     if status == 429 { throw LedgerError(.hookThrottled, "the SyncTrigger \(arn) is throttled (HTTP 429); retry later", stream: stream) }
                     let bytes = try await response.body.collect(upTo: limit)
@@ -99,14 +113,14 @@ struct WebhookSyncTrigger: SyncTrigger {
                 }
                 defer { group.cancelAll() }
                 guard let first = try await group.next(), let bytes = first else {
-                    throw LedgerError(.hookTimeout, "the SyncTrigger \(hook.arn) did not answer within 5 seconds", stream: event.stream)
+                    throw LedgerError(.hookTimeout, "the SyncTrigger \(hook.arn) did not answer within \(seconds.text)", stream: event.stream)
                 }
                 return bytes
             }
         } catch let error as LedgerError {
             throw error
         } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
-            throw LedgerError(.hookTimeout, "the SyncTrigger \(hook.arn) did not answer within 5 seconds", stream: event.stream)
+            throw LedgerError(.hookTimeout, "the SyncTrigger \(hook.arn) did not answer within \(seconds.text)", stream: event.stream)
         } catch let error as NIOTooManyBytesError {
             _ = error
             throw LedgerError(.hookInvalidOutput, "the SyncTrigger \(hook.arn) answered more than \(body.count + (1 << 20)) bytes", stream: event.stream)
