@@ -27,7 +27,13 @@ extension CognitoAPI {
             let reason = try string(json["Reason"], "Reason", required: true)!
             // On a cluster, a redaction (its removals and its record) is a write of the identity's shard.
             if let cluster { try await requireOwner(of: cluster.shards.shard(pool: pool.rawValue, identity: identity.rawValue)) }
-            let report = try await ledger.redact(pool: pool, identity: identity, dataset: dataset, key: key, reason: reason, author: caller(credential))
+            // Copies merges made into identities of other shards are written by their owners:
+            // listed as Remaining, to be redacted there (never a half-done redaction answered 503).
+            let cluster = self.cluster
+            let report = try await ledger.redact(pool: pool, identity: identity, dataset: dataset, key: key, reason: reason, author: caller(credential)) { survivor in
+                guard let cluster else { return true }
+                return cluster.ownership.owns(cluster.shards.shard(pool: pool.rawValue, identity: survivor.rawValue))
+            }
             var w = JSONWriter()
             w.beginObject()
             w.member("Sequence", int: report.sequence)
@@ -46,6 +52,17 @@ extension CognitoAPI {
                 w.key("Removals"); w.beginArray()
                 for sequence in copy.redaction.removals { w.int(sequence) }
                 w.endArray()
+                w.endObject()
+            }
+            w.endArray()
+            // On a cluster: copies in identities another node writes. Each is redacted by the same
+            // request naming the survivor as IdentityId and the copy as DatasetName (any node
+            // forwards it to the owner).
+            w.key("Remaining"); w.beginArray()
+            for copy in report.remaining {
+                w.beginObject()
+                w.member("IdentityId", copy.identity.rawValue)
+                w.member("DatasetName", copy.dataset.rawValue)
                 w.endObject()
             }
             w.endArray()

@@ -230,6 +230,7 @@ def test_redacting_a_merged_identity_erases_the_copies_merges_made_of_its_data(s
     assert values(new_sync, pid, new, second) == {"theme": "dark"}
     copies = answer.json()["Copies"]
     assert [(c["IdentityId"], c["DatasetName"]) for c in copies] == [(mid, first), (new, second)], copies
+    assert answer.json()["Remaining"] == []  # one server writes every stream
 
     # The whole identity: every copy of every dataset goes; the survivor's own data stays.
     out = json.loads(syncledger("redact", "--data", server.data_dir, "--pool", pid, "--identity", old, "--reason", "account closed",

@@ -47,6 +47,18 @@ public struct RedactionReport: Sendable, Hashable {
     /// The redactions of the copies identity merges made of the erased data (each recorded
     /// in the survivor's own `_syncledger.redactions` stream). The counts above include theirs.
     public var copies: [RecordedRedaction] = []
+    /// Copies not redacted by this call because their survivor's streams are written elsewhere
+    /// (on a cluster: a shard another node owns): each is redacted by a redaction of that
+    /// survivor and copy, sent where it is written.
+    public var remaining: [MergeCopy] = []
+}
+
+/// A copy an identity merge made of a dataset: the survivor and the copy's dataset in it.
+public struct MergeCopy: Sendable, Hashable {
+    /// The identity the data was merged into.
+    public var identity: IdentityID
+    /// The copy's dataset in it.
+    public var dataset: DatasetName
 }
 
 /// A redaction and the feed position of its audit entry.
@@ -96,16 +108,27 @@ extension Ledger {
     /// An identity merged into another left copies of its datasets in the survivor (`D.<id>`,
     /// and on through later merges of the survivor): each copy in scope is redacted next, as
     /// a redaction of the survivor's copy (the key in it, for a key), recorded in the survivor's
-    /// own redactions stream with ``Redaction/mergedFrom`` — one write per copy, so that on a
-    /// cluster each is a write of its own identity's shard. Redacting again redoes what a
-    /// crash in between left undone.
+    /// own redactions stream with ``Redaction/mergedFrom`` — one write per copy. A copy whose
+    /// survivor this ledger does not write (`writesHere`; on a cluster, another node's shard)
+    /// is listed in ``RedactionReport/remaining`` instead. Redacting again redoes what a crash
+    /// in between left undone.
     ///
     /// - Throws: `.invalidParameter` for an empty or over-long reason, a key without a dataset,
     ///   or the reserved identity; `.notFound` when the identity or dataset has no stream.
+    ///
+    /// - Parameter writesHere: whether this ledger writes the survivor's streams (on a cluster:
+    ///   owns its shard); a copy it does not write is left for a redaction sent where it is
+    ///   written and listed in ``RedactionReport/remaining``.
     public func redact(pool: IdentityPoolID, identity: IdentityID, dataset: DatasetName? = nil, key: String? = nil,
-                       reason: String, author: String) async throws -> RedactionReport {
+                       reason: String, author: String,
+                       writesHere: (IdentityID) async -> Bool = { _ in true }) async throws -> RedactionReport {
+        let copies = try mergeCopies(pool: pool, of: identity, dataset: dataset)  // before anything is written: it may refuse
         var report = try await redactStreams(pool: pool, identity: identity, dataset: dataset, key: key, reason: reason, author: author, mergedFrom: nil)
-        for (survivor, copy) in try mergeCopies(pool: pool, of: identity, dataset: dataset) {
+        for (survivor, copy) in copies {
+            guard await writesHere(survivor) else {
+                report.remaining.append(MergeCopy(identity: survivor, dataset: copy))
+                continue
+            }
             let done: RedactionReport
             do {
                 done = try await redactStreams(pool: pool, identity: survivor, dataset: copy, key: key, reason: reason, author: author,
@@ -130,7 +153,10 @@ extension Ledger {
         var seen: Set<String> = []
         while let next = pending.popLast() {
             let (source, name) = next
-            guard seen.insert("\(source)/\(name ?? "")").inserted, found.count < 10_000,
+            guard found.count < 10_000 else {
+                throw LedgerError(.limitExceeded, "identity \(identity.rawValue) has more than 10,000 copies made by merges; redact them in parts (by dataset), nothing was written")
+            }
+            guard seen.insert("\(source)/\(name ?? "")").inserted,
                   let survivor = try self.identity(pool: pool, id: source)?.mergedInto else { continue }
             for merge in try merges(pool: pool, identity: survivor)
             where merge.sourceIdentity == source && (name == nil || merge.sourceDataset == name) {
