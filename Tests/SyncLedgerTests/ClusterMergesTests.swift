@@ -18,16 +18,23 @@ import SyncLedgerTestSupport
         let created = try await owner.createIdentityPool(region: "us-east-1", name: "App", allowUnauthenticatedIdentities: true,
                                                          developerProviderName: "login.app", supportedLoginProviders: [:], caller: "admin")
         let pool = try IdentityPoolID(created.id)
-        var survivor = try await owner.newUnauthenticatedIdentity(pool: pool).id
-        while log.shards.shard(pool: pool.rawValue, identity: survivor) == ShardMap.registryShard {
-            survivor = try await owner.newUnauthenticatedIdentity(pool: pool).id
-        }
+        let survivor = try await identityOffTheRegistryShard(owner, log, pool)
         let source = try await owner.newUnauthenticatedIdentity(pool: pool).id
         try await owner.put(try StreamName(pool: pool.rawValue, identity: survivor, dataset: "settings"), ["theme": "dark"])
         try await owner.put(try StreamName(pool: pool.rawValue, identity: source, dataset: "settings"), ["theme": "light", "lang": "fr"])
         try await owner.put(try StreamName(pool: pool.rawValue, identity: source, dataset: "drafts"), ["d1": "hello"])
         _ = try await owner.put(try StreamName(pool: pool.rawValue, identity: source, dataset: "drafts"), ["d1": nil, "d2": "later"])
         return (pool, survivor, source)
+    }
+
+    /// A new identity of `pool` whose shard is not the registry shard, so that a merge into it
+    /// leaves its copies pending (a merge into an identity of the registry shard copies at once).
+    func identityOffTheRegistryShard(_ owner: Ledger, _ log: ListShardLog, _ pool: IdentityPoolID) async throws -> String {
+        var identity = try await owner.newUnauthenticatedIdentity(pool: pool).id
+        while log.shards.shard(pool: pool.rawValue, identity: identity) == ShardMap.registryShard {
+            identity = try await owner.newUnauthenticatedIdentity(pool: pool).id
+        }
+        return identity
     }
 
     /// Applies every message of `log` to `replica`, shard `first` before the others.
@@ -104,7 +111,7 @@ import SyncLedgerTestSupport
         let log = try ListShardLog(shards: Self.shards)
         try await withLedger(quick) { node in
             let (pool, survivor, source) = try await setUp(node, log)
-            let final = try await node.newUnauthenticatedIdentity(pool: pool).id
+            let final = try await identityOffTheRegistryShard(node, log, pool)
             _ = try await node.mergeIdentities(pool: pool, source: source, into: survivor, caller: "admin")
             #expect(try node.pendingMergeCopies().count == 2)
             // Merged on now, the copies would land in an identity merged away: refused, nothing written.
@@ -129,7 +136,7 @@ import SyncLedgerTestSupport
         options.clock = clock.read
         try await withLedger(options) { node in
             let (pool, survivor, source) = try await setUp(node, log)
-            let final = try await node.newUnauthenticatedIdentity(pool: pool).id
+            let final = try await identityOffTheRegistryShard(node, log, pool)
             _ = try await node.mergeIdentities(pool: pool, source: source, into: survivor, caller: "admin")
             clock.advance(seconds: 59)
             await expectLedgerError(.unavailable) {
