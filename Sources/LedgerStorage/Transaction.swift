@@ -64,6 +64,27 @@ public final class Transaction {
         }
     }
 
+    /// Runs `body` in a nested write transaction whose changes join this transaction only when
+    /// `body` answers `keep`; otherwise (or when it throws) they vanish. A planner tries a change
+    /// and decides from what it wrote whether it stays, without throwing to roll it back.
+    public func nested<T>(deciding body: (Transaction) throws -> (value: T, keep: Bool)) throws -> T {
+        precondition(!readOnly, "nested transactions need a write transaction")
+        let child = Transaction(handle: try environment.begin(parent: self, readOnly: false), environment: environment, readOnly: false)
+        do {
+            let (value, keep) = try body(child)
+            if keep {
+                try child.commit()
+                changes += child.changes
+            } else {
+                child.abort()
+            }
+            return value
+        } catch {
+            child.abort()
+            throw error
+        }
+    }
+
     /// Lends the value stored under `key` to `body` (nil when absent), without copying.
     ///
     /// - Warning: The buffer is valid only inside `body`.

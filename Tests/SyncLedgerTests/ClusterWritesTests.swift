@@ -143,9 +143,11 @@ import SyncLedgerTestSupport
                 }
                 try await group.waitForAll()
             }
-            #expect(log.count == 48)
+            // Writes that queued while a batch was in flight travel together (ClusterBatchTests).
+            #expect((1...48).contains(log.count))
             for i in 0..<48 { #expect(try ledger.values(stream(identity: "\(i)")) == ["k": "\(i)"]) }
-            #expect(try ledger.shardCheckpoint(0) == 48)
+            #expect(try ledger.shardCheckpoint(0) == UInt64(log.count))
+            #expect(try ledger.verify().isValid)
         }
     }
 

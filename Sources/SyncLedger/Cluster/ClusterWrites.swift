@@ -1,21 +1,6 @@
 import Crypto
 import LedgerStorage
 
-/// A write that appended entries in its dry run: what the caller gets, and the entries to commit.
-private struct Prepared<T: Sendable>: Error {
-    let value: T
-    let entries: [Segment.Entry]
-}
-
-/// The outcome of running a write's body on the writer in cluster mode.
-private enum DryRun<T: Sendable>: Sendable {
-    /// It appended nothing to the log: its other changes (session counts, consumer cursors,
-    /// purges) were committed locally.
-    case local(T)
-    /// It appended entries of one shard: they were rolled back and go to the shard's log.
-    case publish(T, Segment, shard: Int, after: UInt64)
-}
-
 extension Ledger {
     // MARK: Binding
 
@@ -184,86 +169,84 @@ extension Ledger {
 
     // MARK: Writing through the shard log
 
-    /// A write in cluster mode: the body runs in a nested transaction on the writer (the same
-    /// validation and `apply` as ever); if it appended entries, they are rolled back, committed
-    /// to their shard's log, and applied from it — so this replica, like every other, holds only
-    /// what the shard's log acknowledged. A body that appended nothing commits locally.
+    /// A write in cluster mode. It joins this node's queue of cluster writes; a planner runs the
+    /// queued writes on the writer one on top of another (the same validation and `apply` as
+    /// ever, each in a nested transaction that sees what the writes before it appended), takes
+    /// the entries of one shard's writes out as one message, rolls the plan back, commits the
+    /// message to the shard's log and applies it from there — so this replica, like every other,
+    /// holds only what the shard's log acknowledged, and one log round carries many writes. A
+    /// write that appends nothing commits locally; one its own rules refuse fails alone.
     func clusterWrite<T: Sendable>(_ log: any ShardLog, _ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        let value = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<any Sendable, any Error>) in
+            let write = QueuedClusterWrite(run: { txn in try body(txn) }, finish: { continuation.resume(with: $0) })
+            if shardBatches.enqueue(write) { startPlanner(log) }
+        }
+        guard let typed = value as? T else { preconditionFailure("a cluster write's outcome has the wrong type") }
+        return typed
+    }
+
+    private func startPlanner(_ log: any ShardLog) {
+        Task { await self.planQueuedWrites(log) }
+    }
+
+    /// Plans rounds of queued writes until none is left that may be planned now; each round's
+    /// batch goes to its shard's log on a task of its own.
+    private func planQueuedWrites(_ log: any ShardLog) async {
         let map = log.shards
-        var attempts = 0
-        // The shard whose write lock this write holds: taken once the shard proved contended
-        // (this write was refused as behind, or others already queue), released at the end.
-        var holding: Int?
-        defer { if let holding { cluster.unlock(holding) } }
         while true {
-            let effects = LocalEffects()
-            let run: DryRun<T> = try await writer.perform { [self] txn in
-                do {
-                    let value = try txn.nested { inner -> T in
-                        let first = try nextSequence(inner)
-                        let value = try LocalEffects.$current.withValue(effects) { try body(inner) }
-                        let entries = try appendedEntries(inner, from: first)
-                        if entries.isEmpty { return value }
-                        throw Prepared(value: value, entries: entries)  // rolls the nested transaction back
-                    }
-                    return .local(value)
-                } catch let prepared as Prepared<T> {
-                    let shards = Set(prepared.entries.map { map.shard(of: $0.stream) })
-                    guard shards.count == 1, let shard = shards.first else {
-                        let streams = Set(prepared.entries.map(\.stream)).sorted().prefix(4).map(\.description).joined(separator: ", ")
-                        throw LedgerError(.invalidParameter, "this operation writes identities of \(shards.count) shards (\(streams)); in cluster mode one operation writes the streams of one identity's shard; nothing was written")
-                    }
-                    return .publish(prepared.value, Segment(scope: .feed, entries: prepared.entries), shard: shard, after: try shardCheckpoint(txn, shard))
-                }
-            }
-            guard case .publish(let value, let segment, let shard, let after) = run else {
-                if case .local(let value) = run { return value }
-                preconditionFailure("unreachable")
-            }
-            if holding == nil, attempts > 0 || cluster.isLocked(shard) {
-                await cluster.lock(shard)
-                holding = shard
-                continue  // prepare again, in turn
-            }
+            let (writes, busy) = shardBatches.takePlannable()
+            if writes.isEmpty { return }
+            let plan: ShardPlan
             do {
-                let sequence = try await log.append(segment, shard: shard, after: after)
-                // Acknowledged by the shard's log: apply it here, unless the shard's tail
-                // already did; what only this node keeps of the write goes in the same commit.
-                try await applyShardMessage(segment, shard: shard, of: map, sequence: sequence, effects: effects.all)
-                return value
-            } catch ShardLogError.behind(let shard, let last) {
-                // Someone got there first (this node's earlier write not yet applied, or another
-                // node): catch up with the log, then prepare the write again on the new state.
-                attempts += 1
-                guard attempts < (holding == nil ? 16 : 64), try await waitForShard(shard, atLeast: last, timeout: .seconds(10)) else {
-                    throw LedgerError(.unavailable, "shard \(shard) kept moving or this replica did not catch up with it (log at \(last)); nothing was written, retry")
-                }
+                plan = try await writer.perform { [self] txn in try self.plan(writes, txn, map: map, busy: busy) }
+            } catch {
+                for write in writes { write.finish(.failure(error)) }
+                continue
+            }
+            shardBatches.planned(left: plan.left, inFlight: plan.batch?.shard)
+            for (write, outcome) in plan.finished { write.finish(outcome) }
+            if let batch = plan.batch {
+                Task { await self.publish(batch, to: log) }
             }
         }
     }
 
-    /// The entries appended in `txn` from commit sequence `first` on, as segment entries (each
-    /// with the hash of the entry before it in its stream).
-    private func appendedEntries(_ txn: Transaction, from first: UInt64) throws -> [Segment.Entry] {
-        var entries: [Segment.Entry] = []
-        var last: [UInt64: [UInt8]] = [:]  // stream id → hash of its latest entry so far
-        var names: [UInt64: StreamName] = [:]
-        var sequence = first
-        while let stored = try txn.get(schema.log, key: .bigEndian(sequence)) {
-            let id = stored.bigEndianUInt64()
-            let stream: StreamName
-            if let known = names[id] { stream = known } else {
-                stream = try streamName(txn, id: id)
-                names[id] = stream
+    /// Commits `batch` to its shard's log and applies it here, then tells its writes; a batch
+    /// refused as behind goes back to the queue, to be planned again on the caught-up state —
+    /// never half applied.
+    private func publish(_ batch: ShardPlan.Batch, to log: any ShardLog) async {
+        let shard = batch.shard
+        var requeue: [QueuedClusterWrite] = []
+        do {
+            let segment = Segment(scope: .feed, entries: batch.entries)
+            let sequence = try await log.append(segment, shard: shard, after: batch.after)
+            // Acknowledged by the shard's log: apply it here, unless the shard's tail already
+            // did; what only this node keeps of the writes goes in the same commit.
+            let effects = batch.members.flatMap { member -> [(Database, [UInt8], [UInt8])] in
+                if case .success = member.outcome { return member.effects.all } else { return [] }
             }
-            let entry = try segmentEntry(stored, sequence: sequence, stream: stream) { offset in
-                try last[id] ?? storedHash(txn, streamID: id, stream: stream, offset: offset - 1)
+            try await applyShardMessage(segment, shard: shard, of: log.shards, sequence: sequence, effects: effects)
+            for member in batch.members { member.write.finish(member.outcome) }
+        } catch ShardLogError.behind(let shard, let last) {
+            // Someone got there first (another node, or a message this replica had not
+            // applied): catch up with the log, then plan the writes again on the new state.
+            let caughtUp = (try? await waitForShard(shard, atLeast: last, timeout: .seconds(10))) ?? false
+            for member in batch.members {
+                var write = member.write
+                write.attempts += 1
+                if caughtUp, write.attempts < 16 {
+                    requeue.append(write)
+                } else {
+                    write.finish(.failure(LedgerError(.unavailable, "shard \(shard) kept moving or this replica did not catch up with it (log at \(last)); nothing was written, retry")))
+                }
             }
-            last[id] = entry.hash
-            entries.append(entry)
-            sequence += 1
+        } catch {
+            // Nothing of the batch was acknowledged (or its outcome is unknown, which the error
+            // says): every write gets the error — a refusal too, since it was decided on the
+            // batch's state.
+            for member in batch.members { member.write.finish(.failure(error)) }
         }
-        return entries
+        if shardBatches.landed(shard, requeue: requeue) { startPlanner(log) }
     }
 
     // MARK: Comparing replicas

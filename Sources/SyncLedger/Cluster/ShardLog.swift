@@ -33,51 +33,11 @@ public enum ShardLogError: Error, Sendable, Equatable {
     case behind(shard: Int, last: UInt64)
 }
 
-/// The shard log a ledger is bound to, if any (cluster mode), and the shards' write locks.
+/// The shard log a ledger is bound to, if any (cluster mode).
 final class ClusterBinding: Sendable {
     private let log = Mutex<(any ShardLog)?>(nil)
     var current: (any ShardLog)? { log.withLock { $0 } }
     func bind(_ shardLog: (any ShardLog)?) { log.withLock { $0 = shardLog } }
-
-    private struct Lock {
-        var held = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
-    }
-    private let locks = Mutex<[Int: Lock]>([:])
-
-    /// Whether writes of `shard` queue on its lock now (it was contended).
-    func isLocked(_ shard: Int) -> Bool { locks.withLock { $0[shard]?.held ?? false } }
-
-    /// Takes `shard`'s write lock, waiting in turn: writes of a contended shard prepare and
-    /// publish one after another instead of racing each other to the stream.
-    func lock(_ shard: Int) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = locks.withLock { all -> Bool in
-                if all[shard, default: Lock()].held {
-                    all[shard]!.waiters.append(continuation)
-                    return false
-                }
-                all[shard, default: Lock()].held = true
-                return true
-            }
-            if now { continuation.resume() }
-        }
-    }
-
-    /// Hands `shard`'s lock to the next waiter, or frees it.
-    func unlock(_ shard: Int) {
-        let next = locks.withLock { all -> CheckedContinuation<Void, Never>? in
-            guard var lock = all[shard] else { return nil }
-            if lock.waiters.isEmpty {
-                all[shard] = nil
-                return nil
-            }
-            let next = lock.waiters.removeFirst()
-            all[shard] = lock
-            return next
-        }
-        next?.resume()
-    }
 }
 
 /// What applying a shard's message did.

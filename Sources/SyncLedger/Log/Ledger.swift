@@ -41,6 +41,8 @@ public final class Ledger: Sendable {
     public let id: String
     /// The cluster's shard log, when this ledger is a cluster node's replica.
     let cluster = ClusterBinding()
+    /// This node's queued cluster writes and the shards with a batch in flight.
+    let shardBatches = ShardBatches()
     /// Sync sessions issued but not yet counted on disk, by pool.
     let pendingSessions = PendingSessions()
     /// zstd dictionaries read so far, by id.

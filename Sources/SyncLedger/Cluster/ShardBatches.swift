@@ -1,0 +1,250 @@
+import LedgerStorage
+import Synchronization
+
+/// A cluster write waiting for its turn: its body, where its outcome goes, and what planning it
+/// taught the batcher.
+struct QueuedClusterWrite: Sendable {
+    /// The write's rules and changes, run on the writer in a nested transaction.
+    let run: @Sendable (Transaction) throws -> any Sendable
+    /// Called once with the outcome.
+    let finish: @Sendable (Result<any Sendable, any Error>) -> Void
+    /// The shard its last plan appended to (nil: not planned yet, or it appended nothing).
+    var shard: Int?
+    /// How many batches holding it were refused as behind.
+    var attempts = 0
+    /// Its place in the queue: writes are planned in the order they arrived.
+    var arrival: UInt64 = 0
+}
+
+/// The queue of this node's cluster writes and the shards with a batch on its way to the log.
+///
+/// A shard's queued writes are planned one on top of another (each sees what the ones before it
+/// appended, though none is committed yet) and published as one message of the shard's log; a
+/// shard has at most one batch in flight, so its next batch is planned on the state the last one
+/// left. Batches of different shards travel at the same time.
+final class ShardBatches: Sendable {
+    /// The most writes one batch takes.
+    static let maxWrites = 256
+    /// Past this many bytes of entry bodies a batch takes no further write (a write larger than
+    /// that still travels, alone).
+    static let maxBytes = 512 * 1024
+
+    private struct State {
+        var queue: [QueuedClusterWrite] = []
+        var inFlight: Set<Int> = []
+        var planning = false
+        var arrivals: UInt64 = 0
+
+        /// Puts `writes` back in the queue, every write in its place of arrival.
+        mutating func putBack(_ writes: [QueuedClusterWrite]) {
+            guard !writes.isEmpty else { return }
+            queue = (writes + queue).sorted { $0.arrival < $1.arrival }
+        }
+    }
+    private let state = Mutex(State())
+
+    /// Writes queued now, and whether a planner is running (for tests that line writes up).
+    var waiting: (queued: Int, planning: Bool) { state.withLock { ($0.queue.count, $0.planning) } }
+
+    /// Queues `write`. - Returns: whether the caller must start a planner (none is running).
+    func enqueue(_ write: QueuedClusterWrite) -> Bool {
+        state.withLock { state in
+            var write = write
+            state.arrivals += 1
+            write.arrival = state.arrivals
+            state.queue.append(write)
+            if state.planning { return false }
+            state.planning = true
+            return true
+        }
+    }
+
+    /// Takes every queued write that may be planned now (its shard has no batch in flight, or is
+    /// not known yet). When there is none, the planner stops (and the next ``enqueue(_:)`` or
+    /// ``landed(_:requeue:)`` starts one): the answer is then empty.
+    func takePlannable() -> (writes: [QueuedClusterWrite], busy: Set<Int>) {
+        state.withLock { state in
+            var taken: [QueuedClusterWrite] = []
+            var kept: [QueuedClusterWrite] = []
+            for write in state.queue {
+                if let shard = write.shard, state.inFlight.contains(shard) { kept.append(write) } else { taken.append(write) }
+            }
+            state.queue = kept
+            if taken.isEmpty { state.planning = false }
+            return (taken, state.inFlight)
+        }
+    }
+
+    /// Puts writes a plan left for later back in the queue, in their places of arrival, and
+    /// marks `shard` (the plan's batch) in flight.
+    func planned(left: [QueuedClusterWrite], inFlight shard: Int?) {
+        state.withLock { state in
+            state.putBack(left)
+            if let shard { state.inFlight.insert(shard) }
+        }
+    }
+
+    /// `shard`'s batch has landed (or failed): `requeue` (a batch refused as behind) goes back to
+    /// the queue, in its places of arrival. - Returns: whether the caller must start a planner.
+    func landed(_ shard: Int, requeue: [QueuedClusterWrite]) -> Bool {
+        state.withLock { state in
+            state.inFlight.remove(shard)
+            state.putBack(requeue)
+            if state.planning || state.queue.isEmpty { return false }
+            state.planning = true
+            return true
+        }
+    }
+}
+
+/// What planning a round of queued writes on the writer came to.
+struct ShardPlan: Sendable {
+    /// Writes done now: those that appended nothing (their other changes committed here), and
+    /// refusals planned before any batch began.
+    var finished: [(QueuedClusterWrite, Result<any Sendable, any Error>)] = []
+    /// The writes whose entries make up one message of one shard's log.
+    var batch: Batch?
+    /// Writes left for a later round: of another shard, a local change after the batch began,
+    /// past the batch's size.
+    var left: [QueuedClusterWrite] = []
+
+    struct Batch: Sendable {
+        var shard: Int
+        /// The shard's checkpoint the batch was planned on.
+        var after: UInt64
+        var entries: [Segment.Entry] = []
+        var bytes = 0
+        /// Every write planned in the batch, with its outcome (a refusal too: it is only told
+        /// once the batch landed, since it was decided on the batch's state) and what it keeps
+        /// only on this node.
+        var members: [(write: QueuedClusterWrite, outcome: Result<any Sendable, any Error>, effects: LocalEffects)] = []
+        var isFull: Bool { members.count >= ShardBatches.maxWrites || bytes >= ShardBatches.maxBytes }
+    }
+}
+
+/// How one write's trial in a plan ended.
+private enum Trial: Sendable {
+    /// It appended entries of `shard` (kept in the plan).
+    case appended(Int, [Segment.Entry], any Sendable)
+    /// It appended nothing and changed nothing, or was refused (nothing kept).
+    case unchanged(Result<any Sendable, any Error>)
+    /// It appended nothing but changed what only this node keeps (kept, committed with the round).
+    case local(any Sendable)
+    /// It does not fit this round (another shard, a local change after the batch began, too
+    /// big for the batch): nothing kept, planned again later.
+    case later(shard: Int?)
+}
+
+extension Ledger {
+    /// Plans `writes` in order on `txn` (the writer's group transaction): each in a nested
+    /// transaction on top of the ones before it, so a write sees every entry the earlier writes
+    /// of the batch appended. Local changes that come before any entry are committed with the
+    /// round; the batch's entries are taken out and the plan rolled back, to be applied only
+    /// from the shard's log.
+    /// A write that turns out to append to a shard in `busy` (a batch of it in flight) is left
+    /// for later: planned now, it would miss that batch's entries.
+    func plan(_ writes: [QueuedClusterWrite], _ txn: Transaction, map: ShardMap, busy: Set<Int>) throws -> ShardPlan {
+        var result = ShardPlan()
+        var next = writes[...]
+        // One stretch per pass: writes up to and including the first local change are kept
+        // (no batch began); a stretch in which a batch began is rolled back whole.
+        while !next.isEmpty {
+            var stretch = ShardPlan()
+            var endedByLocalChange = false
+            try txn.nested(deciding: { plan -> ((), keep: Bool) in
+                while let write = next.first, !endedByLocalChange {
+                    next.removeFirst()
+                    if let batch = stretch.batch, batch.isFull || write.shard.map({ $0 != batch.shard }) == true {
+                        stretch.left.append(write)
+                        continue
+                    }
+                    let effects = LocalEffects()
+                    switch try trial(write, in: plan, map: map, effects: effects, batch: stretch.batch, busy: busy) {
+                    case .appended(let shard, let entries, let value):
+                        if stretch.batch == nil { stretch.batch = .init(shard: shard, after: try shardCheckpoint(plan, shard)) }
+                        var planned = write
+                        planned.shard = shard
+                        stretch.batch!.entries += entries
+                        stretch.batch!.bytes += entries.reduce(0) { $0 + $1.body.count }
+                        stretch.batch!.members.append((planned, .success(value), effects))
+                    case .unchanged(let outcome):
+                        if stretch.batch != nil { stretch.batch!.members.append((write, outcome, effects)) } else { stretch.finished.append((write, outcome)) }
+                    case .local(let value):
+                        stretch.finished.append((write, .success(value)))
+                        endedByLocalChange = true
+                    case .later(let shard):
+                        var left = write
+                        left.shard = shard ?? write.shard
+                        stretch.left.append(left)
+                    }
+                }
+                return ((), keep: stretch.batch == nil)
+            })
+            result.finished += stretch.finished
+            result.left += stretch.left
+            if let batch = stretch.batch {
+                result.batch = batch
+                result.left += next  // one batch a round; the rest waits for the next round
+                break
+            }
+        }
+        return result
+    }
+
+    /// Runs one write in a nested transaction of `plan` and says what it did; its changes stay
+    /// in `plan` only for ``Trial/appended(_:_:_:)`` and ``Trial/local(_:)``.
+    private func trial(_ write: QueuedClusterWrite, in plan: Transaction, map: ShardMap, effects: LocalEffects,
+                       batch: ShardPlan.Batch?, busy: Set<Int>) throws -> Trial {
+        let first = try nextSequence(plan)
+        do {
+            return try plan.nested(deciding: { inner -> (Trial, keep: Bool) in
+                let value = try LocalEffects.$current.withValue(effects) { try write.run(inner) }
+                let entries = try appendedEntries(inner, from: first)
+                guard !entries.isEmpty else {
+                    if inner.changes == 0 { return (.unchanged(.success(value)), keep: false) }
+                    // A change only this node keeps: it may not sit under a batch's entries,
+                    // which are rolled back.
+                    return batch == nil ? (.local(value), keep: true) : (.later(shard: nil), keep: false)
+                }
+                let shards = Set(entries.map { map.shard(of: $0.stream) })
+                guard shards.count == 1, let shard = shards.first else {
+                    let streams = Set(entries.map(\.stream)).sorted().prefix(4).map(\.description).joined(separator: ", ")
+                    throw LedgerError(.invalidParameter, "this operation writes identities of \(shards.count) shards (\(streams)); in cluster mode one operation writes the streams of one identity's shard; nothing was written")
+                }
+                if busy.contains(shard) { return (.later(shard: shard), keep: false) }
+                if let batch, batch.shard != shard || batch.bytes + entries.reduce(0, { $0 + $1.body.count }) > ShardBatches.maxBytes {
+                    return (.later(shard: shard), keep: false)
+                }
+                return (.appended(shard, entries, value), keep: true)
+            })
+        } catch let error as LMDBError where error == .mapFull || error.isDiskFull || error.isCorruption {
+            throw error  // the whole round: grow the map and plan again, or fail together
+        } catch {
+            return .unchanged(.failure(error))
+        }
+    }
+
+    /// The entries appended in `txn` from commit sequence `first` on, as segment entries (each
+    /// with the hash of the entry before it in its stream).
+    func appendedEntries(_ txn: Transaction, from first: UInt64) throws -> [Segment.Entry] {
+        var entries: [Segment.Entry] = []
+        var last: [UInt64: [UInt8]] = [:]  // stream id → hash of its latest entry so far
+        var names: [UInt64: StreamName] = [:]
+        var sequence = first
+        while let stored = try txn.get(schema.log, key: .bigEndian(sequence)) {
+            let id = stored.bigEndianUInt64()
+            let stream: StreamName
+            if let known = names[id] { stream = known } else {
+                stream = try streamName(txn, id: id)
+                names[id] = stream
+            }
+            let entry = try segmentEntry(stored, sequence: sequence, stream: stream) { offset in
+                try last[id] ?? storedHash(txn, streamID: id, stream: stream, offset: offset - 1)
+            }
+            last[id] = entry.hash
+            entries.append(entry)
+            sequence += 1
+        }
+        return entries
+    }
+}
