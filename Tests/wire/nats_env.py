@@ -54,10 +54,13 @@ def free_ports(count):
 
 
 # What a SyncLedger node or admin command may do in NATS: the JetStream API, the cluster's KV
-# buckets and shard subjects, acknowledgements, and replies on its own inboxes.
+# buckets and shard subjects, acknowledgements, replies on its own inboxes, and the presence
+# probes other nodes send it (syncledger.alive.>, answered through allow_responses: a killed node
+# is noticed within a second).
 SYNCLEDGER_PERMISSIONS = """permissions: {
           publish: { allow: ["$JS.API.>", "$KV.>", "syncledger.>", "$JS.ACK.>", "$JS.FC.>"] }
-          subscribe: { allow: ["_INBOX.>"] }
+          subscribe: { allow: ["_INBOX.>", "syncledger.alive.>"] }
+          allow_responses: true
         }"""
 
 

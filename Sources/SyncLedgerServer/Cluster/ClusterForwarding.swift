@@ -25,6 +25,10 @@ struct ClusterForwarder: Sendable {
     init(nodeID: String, timeout: Duration = .seconds(15)) {
         var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(2), read: .init(timeout)))
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+        // A refused connection fails the forward at once (the owner is down: the caller waits for
+        // the shard's next owner) instead of being retried with back-off until the connect
+        // time-out, which held every write of a dead owner's shards for those 2 s.
+        configuration.connectionPool.retryConnectionEstablishment = false
         configuration.decompression = .disabled
         configuration.redirectConfiguration = .disallow
         self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)

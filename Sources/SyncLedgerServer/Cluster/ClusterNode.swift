@@ -49,7 +49,7 @@ public final class ClusterNode: Sendable {
             let node = ClusterNode(
                 options: options, shards: shards, client: client, jetStream: jetStream, ownership: ownership, counters: counters, log: log,
                 leases: ShardLeases(options: options, shards: shards, ledger: ledger, jetStream: jetStream, bucket: bucket, ownership: ownership, log: log,
-                                    counters: counters, logger: logger),
+                                    counters: counters, presence: NodePresence(client: client, nodeID: options.nodeID, logger: logger), logger: logger),
                 tail: ShardTail(shards: shards, nodeID: options.nodeID, ledger: ledger, jetStream: jetStream, ownership: ownership, counters: counters,
                                 sealing: sealing, logger: logger),
                 bucket: bucket, streamCursors: ClusterStreamCursors(bucket: buckets.streams),

@@ -100,6 +100,9 @@ struct NodeRecord: Codable, Sendable, Equatable {
     var rejected: UInt64?
     /// When the node announced it: milliseconds since 1970 by its wall clock.
     var at: Int64
+    /// Whether it answers presence probes (``NodePresence``): only then may the others judge it
+    /// gone by them, before its leases run out.
+    var answersPresence: Bool?
 
     /// How old a record may be, by its ``at`` and this node's wall clock, and still count: three
     /// lease times (a node announces every third of one), so nodes' clocks may differ by up to

@@ -23,6 +23,10 @@ final class ShardLeases: Sendable {
     let log: JetStreamShardLog
     let counters: ShardCounters
     let logger: Logger
+    /// Notices a dead node before its leases run out.
+    let presence: NodePresence
+    /// Set when a node was just judged gone: the balance loop runs a round at once.
+    private let balanceNow = Atomic<Bool>(false)
     /// This node's HTTP API, once known (the listening address may be learnt after start).
     let url: Mutex<String?>
     /// Called with each shard this node has just taken (push delivery derives its recent entries
@@ -30,7 +34,7 @@ final class ShardLeases: Sendable {
     let takeoverHandlers = Mutex<[@Sendable (Int) -> Void]>([])
 
     init(options: ClusterOptions, shards: ShardMap, ledger: Ledger, jetStream: JetStreamContext, bucket: KeyValue,
-         ownership: ShardOwnership, log: JetStreamShardLog, counters: ShardCounters, logger: Logger) {
+         ownership: ShardOwnership, log: JetStreamShardLog, counters: ShardCounters, presence: NodePresence, logger: Logger) {
         self.options = options
         self.shards = shards
         self.ledger = ledger
@@ -40,6 +44,7 @@ final class ShardLeases: Sendable {
         self.log = log
         self.counters = counters
         self.logger = logger
+        self.presence = presence
         self.url = Mutex(options.nodeURL)
     }
 
@@ -49,7 +54,8 @@ final class ShardLeases: Sendable {
     private func holderValue(_ shard: Int) throws -> [UInt8] { try log.sealing.sealLease(holder, shard: shard) }
 
     /// Renews, takes and hands back leases until cancelled. Renewals run in a loop of their
-    /// own, so a takeover waiting for its replica to catch up never delays them.
+    /// own, so a takeover waiting for its replica to catch up never delays them. Presence
+    /// probes run in a third: a node judged gone starts a balance round at once.
     func run() async {
         let period = options.leaseTime / 3
         await withDiscardingTaskGroup { group in
@@ -63,13 +69,33 @@ final class ShardLeases: Sendable {
                 }
             }
             group.addTask {
+                var due = ContinuousClock.now
                 while !Task.isCancelled {
-                    await self.balance()
-                    try? await Task.sleep(for: period)
+                    if ContinuousClock.now >= due || self.balanceNow.exchange(false, ordering: .acquiringAndReleasing) {
+                        await self.balance()
+                        due = ContinuousClock.now + period
+                    }
+                    try? await Task.sleep(for: NodePresence.probeInterval / 3)
+                }
+            }
+            group.addTask { await self.presence.serve() }
+            group.addTask {
+                while !Task.isCancelled {
+                    let others = self.probed.withLock { $0 }
+                    let gone = await self.presence.probe(others)
+                    if !gone.isEmpty {
+                        self.logger.warning("nodes gone (their presence subjects have no responders); taking their shards",
+                                            metadata: ["nodes": "\(gone.map { $0.prefix(64) })"])
+                        self.balanceNow.store(true, ordering: .releasing)
+                    }
+                    try? await Task.sleep(for: NodePresence.probeInterval)
                 }
             }
         }
     }
+
+    /// The other nodes whose records say they answer presence probes, as last read.
+    private let probed = Mutex<[String]>([])
 
     /// Renews every lease held; drops those that another node took or that ran out.
     func renew() async {
@@ -203,7 +229,8 @@ final class ShardLeases: Sendable {
     func announce() async throws {
         guard let nodeURL = url.withLock({ $0 }) else { return }
         let record = NodeRecord(url: nodeURL, applied: (0..<shards.count).map { (try? ledger.shardCheckpoint($0)) ?? 0 }, owned: ownership.valid,
-                                rejected: (0..<shards.count).reduce(0) { $0 + counters.get($1).rejected }, at: NodeRecord.now)
+                                rejected: (0..<shards.count).reduce(0) { $0 + counters.get($1).rejected }, at: NodeRecord.now,
+                                answersPresence: presence.answers)
         _ = try await bucket.put(ClusterNames.node(options.nodeID), try log.sealing.sealNode(record, node: options.nodeID))
     }
 
@@ -213,11 +240,21 @@ final class ShardLeases: Sendable {
     /// as a node nor is handed shards), with when each was last put.
     func nodeRecords() async throws -> [(key: String, record: NodeRecord, created: Date)] {
         var records: [(key: String, record: NodeRecord, created: Date)] = []
+        var answering: [String] = []
         for key in try await bucket.keys() where key.hasPrefix("node.") {
             guard let entry = try await bucket.get(key) else { continue }
             guard let record = liveRecord(entry.value, key: key) else { continue }
+            let id = String(key.dropFirst("node.".count))
+            if record.answersPresence == true, id != options.nodeID {
+                answering.append(id)
+                presence.noteRecord(id, at: record.at)
+                // A node whose presence subject has gone silent is dead, though its record has
+                // not run out yet (unless it announced itself since: it came back).
+                if presence.isGone(id, announcedAt: record.at) { continue }
+            }
             records.append((key, record, entry.created))
         }
+        probed.withLock { $0 = answering }  // a node judged gone is still probed: it may come back
         return records
     }
 
