@@ -59,9 +59,10 @@ struct CognitoAPI: Sendable {
         let requestID = UUID().uuidString.lowercased()
         var operation = "Unknown"
         var identity: String?
+        var requestShard: Int?
         var response: WireResponse
         do {
-            response = try await route(request, operation: &operation, identity: &identity)
+            response = try await route(request, operation: &operation, identity: &identity, shard: &requestShard)
         } catch let elsewhere as ShardOwnedElsewhere {
             let owner = elsewhere.owner.map { "node \($0.node)" } ?? "no node yet (its lease is being taken over)"
             response = .error(WireError(type: "ServiceUnavailableException", status: 503,
@@ -80,12 +81,15 @@ struct CognitoAPI: Sendable {
             response = .error(wire)
         }
         response.headers.append(("x-amzn-RequestId", requestID))
+        if let requestShard { nameOwner(of: requestShard, in: &response) }
         return (response, operation, identity)
     }
 
     /// Routes, authenticates, authorizes and runs one request; names its operation and identity
     /// as soon as they are known (so that a failure is logged under them).
-    private func route(_ request: WireRequest, operation: inout String, identity: inout String?) async throws -> WireResponse {
+    /// `shard`: set, in cluster mode, to the shard the request belongs to as soon as it is known
+    /// (the answer names that shard's owner: ``nameOwner(of:in:)``).
+    private func route(_ request: WireRequest, operation: inout String, identity: inout String?, shard requestShard: inout Int?) async throws -> WireResponse {
         guard request.header("host") != nil else {
             throw WireError.invalidParameter("the request has no Host header; HTTP/1.1 requires one and the signature covers it")
         }
@@ -135,6 +139,7 @@ struct CognitoAPI: Sendable {
             if let leader = followedLeader, !["DescribeIdentityPool", "ListIdentityPools", "DescribeIdentity", "ListIdentities", "LookupDeveloperIdentity"].contains(String(target.dropFirst(Self.identityTargetPrefix.count))) {
                 throw WireError.notAuthorized("this server is a read-only follower of \(leader); send Cognito Identity calls to the leader")
             }
+            if cluster != nil { requestShard = ShardMap.registryShard }
             return await handleIdentity(request, target: target, query: query, operation: &operation)
         }
         if segments.first == "devices" || segments.first == "messages" {
@@ -151,6 +156,9 @@ struct CognitoAPI: Sendable {
             throw WireError.unknownOperation("no Cognito Sync operation is \(request.method) \(request.rawPath.prefix(200))")
         }
         operation = route.operation.rawValue
+        if let cluster, let pool = route.pool, let identity = route.identity {
+            requestShard = shard(of: route) ?? cluster.shards.shard(pool: pool, identity: identity)
+        }
         let credential = try authenticator.authenticate(request, queryPairs: query)
         try authorize(credential, route)
         // Named in logs only once authenticated, and only when it is a valid id (a path segment

@@ -160,6 +160,13 @@ public final class ClusterNode: Sendable {
         return try? await log.holder(of: shard)
     }
 
+    /// The id of the node that owns `shard` as far as this node knows without asking: itself,
+    /// or the owner the live nodes' records named at the last lease round (nil: none known).
+    func knownOwner(of shard: Int) -> String? {
+        if ownership.owns(shard) { return options.nodeID }
+        return leases.ownerDirectory.withLock { $0[shard] }
+    }
+
     /// Waits, for at most `timeout`, until shard `n` has an owner that can take writes: another
     /// node holding its lease, or this node once its takeover finished. Nil when none did.
     /// `other`: a node known to be down, whose lease does not count.

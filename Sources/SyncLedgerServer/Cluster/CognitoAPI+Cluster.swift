@@ -16,6 +16,18 @@ extension CognitoAPI {
         throw ShardOwnedElsewhere(shard: shard, owner: await cluster.owner(of: shard))
     }
 
+    /// Names, in a cluster node's answer, the request's shard, the cluster's shard count and the
+    /// shard's owner as this node knows it — `x-syncledger-shard`, `x-syncledger-shards`,
+    /// `x-syncledger-shard-owner` — so a balancer (docs/cluster.md, HAProxy) or a client can
+    /// send the next request of that identity straight to its owner. An answer the owner gave
+    /// (forwarded) carries the owner's own headers.
+    func nameOwner(of shard: Int, in response: inout WireResponse) {
+        guard let cluster else { return }
+        response.headers.append(("x-syncledger-shard", "\(shard)"))
+        response.headers.append(("x-syncledger-shards", "\(cluster.shards.count)"))
+        if let owner = cluster.knownOwner(of: shard) { response.headers.append(("x-syncledger-shard-owner", owner)) }
+    }
+
     /// Lets this node's replica catch up with `shard`'s log before a read (bounded; a replica
     /// that does not catch up in time answers from what it has).
     func catchUp(shard: Int) async {

@@ -94,6 +94,10 @@ final class ShardLeases: Sendable {
         }
     }
 
+    /// Who owns each shard by the live nodes' records as last read (up to a lease round old):
+    /// what answers name as a shard's owner (``ClusterNode/knownOwner(of:)``).
+    let ownerDirectory = Mutex<[Int: String]>([:])
+
     /// The other nodes whose records say they answer presence probes, as last read.
     private let probed = Mutex<[String]>([])
 
@@ -255,6 +259,11 @@ final class ShardLeases: Sendable {
             records.append((key, record, entry.created))
         }
         probed.withLock { $0 = answering }  // a node judged gone is still probed: it may come back
+        var owners: [Int: String] = [:]
+        for (key, record, _) in records {
+            for shard in record.owned { owners[shard] = String(key.dropFirst("node.".count)) }
+        }
+        ownerDirectory.withLock { $0 = owners }
         return records
     }
 
