@@ -60,12 +60,22 @@ def main():
     parser.add_argument("--failover-pause-ms", type=int, default=20, help="pause before each write of a failover writer (default 20)")
     parser.add_argument("--attempts", type=int, default=2,
                         help="runs of a concurrent phase when the load stops at an error answer (default 2; each error is reported)")
+    parser.add_argument("--sizes", default="3,5",
+                        help="cluster sizes to measure, comma-separated (default 3,5: nats-servers and nodes each)")
+    parser.add_argument("--no-balancer", action="store_true",
+                        help="measure each cluster with the load spread round-robin only, not also through HAProxy")
     parser.add_argument("--json-out", help="also write the JSON summary (and every phase's figures) to this file")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (data, logs); it is always kept on failure")
     opts = parser.parse_args()
     if opts.lease_seconds != int(opts.lease_seconds):
         parser.error("--lease-seconds takes whole seconds (serve --lease-seconds)")
     opts.lease_seconds = int(opts.lease_seconds)
+    try:
+        opts.sizes = [int(x) for x in opts.sizes.split(",")]
+    except ValueError:
+        parser.error("--sizes takes cluster sizes separated by commas, such as 3,5")
+    if not opts.sizes or opts.sizes[0] != 3 or any(n < 3 or n > 9 for n in opts.sizes):
+        parser.error("--sizes starts with 3 (the failover rounds and the summary's 3-machine figures use it); each 3 to 9")
     command = "tools/cluster-bench " + " ".join(sys.argv[1:])
 
     busy = machine_busy_seconds()
@@ -82,14 +92,18 @@ def main():
         failover = None
         for r in range(1, opts.rounds + 1):
             single = summarize_phase("single", single_phase(root, opts, r))
-            last = r == opts.rounds and opts.failover_rounds > 0
-            raw = cluster_phase(root, opts, r, then=failover_rounds(opts) if last else None)
-            if last:
-                failover = raw.pop("failover")
-            cluster = summarize_phase("cluster", raw)
-            rounds.append((single, cluster))
-            progress(f"round {r}: single {single['writes_per_second']:,.0f}/s, cluster {cluster['writes_per_second']:,.0f}/s "
-                     f"({cluster['writes_per_second'] / single['writes_per_second']:.2f}×)")
+            clusters = []
+            for size in opts.sizes:
+                last = r == opts.rounds and opts.failover_rounds > 0 and size == 3
+                raws = cluster_phase(root, opts, r, size, then=failover_rounds(opts) if last else None)
+                if last:
+                    failover = raws[0].pop("failover")
+                for raw in raws:
+                    cluster = summarize_phase("cluster", raw)
+                    clusters.append(cluster)
+                    progress(f"round {r}: single {single['writes_per_second']:,.0f}/s, {cluster['setup']} "
+                             f"{cluster['writes_per_second']:,.0f}/s ({cluster['writes_per_second'] / single['writes_per_second']:.2f}×)")
+            rounds.append((single, clusters))
         table, summary = report(opts, rounds, failover, command)
         print(table)
         print()
@@ -99,7 +113,7 @@ def main():
         print("```")
         if opts.json_out:
             with open(opts.json_out, "w") as f:
-                json.dump({"summary": summary, "rounds": [{"single": s, "cluster": c} for s, c in rounds], "failover": failover},
+                json.dump({"summary": summary, "rounds": [{"single": s, "clusters": c} for s, c in rounds], "failover": failover},
                           f, indent=1, ensure_ascii=False)
         ok = True
     finally:

@@ -16,6 +16,7 @@ from conftest import ADMIN_KEY, ADMIN_SECRET, Server  # noqa: E402  (reads $SYNC
 from cluster_env import ClusterBed  # noqa: E402
 from cluster_load import WriteLoad, shard_of  # noqa: E402
 from nats_env import NatsCluster  # noqa: E402
+from haproxy_env import Balancer  # noqa: E402
 from cluster_bench_proc import Sample, delta, progress  # noqa: E402
 
 LOAD_BIN = os.environ["SYNCLEDGER_LOAD_BIN"]
@@ -116,8 +117,11 @@ def single_phase(root, opts, round_no):
 
 # -- the cluster --------------------------------------------------------------------------------
 
+FORWARDED = re.compile(r'^syncledger_requests_total\{operation="[A-Za-z]+\.Forwarded",status="\d+"\} (\d+)$', re.M)
+
+
 class BenchBed(ClusterBed):
-    """ClusterBed whose 3 nodes start at the same time (a node that starts alone first takes every
+    """ClusterBed whose nodes start at the same time (a node that starts alone first takes every
     shard and then hands them back one per lease round), with the waits a benchmark needs."""
 
     def __init__(self, root, nats, shards, lease_seconds, nodes=3):
@@ -146,22 +150,24 @@ class BenchBed(ClusterBed):
                     n.stop(timeout=15)
 
     def counters(self):
-        """Per node: shards owned, and Appended / Behind / Retried summed over its shards."""
+        """Per node: shards owned, Appended / Behind / Retried summed over its shards, and the
+        requests it forwarded to another node (its /metrics)."""
         out = {}
         for i, n in enumerate(self.nodes):
             if n.process.poll() is not None:
                 continue
             s = self.status(n)
-            out[f"node{i}"] = {"owned": s["OwnedHere"],
+            forwarded = sum(int(c) for c in FORWARDED.findall(n.metrics()))
+            out[f"node{i}"] = {"owned": s["OwnedHere"], "Forwarded": forwarded,
                                **{k: sum(sh.get(k, 0) or 0 for sh in s["Shards"]) for k in ("Appended", "Behind", "Retried")}}
         return out
 
 
-def start_cluster(root, opts):
-    nats = NatsCluster(os.path.join(root, "nats"))
+def start_cluster(root, opts, size):
+    nats = NatsCluster(os.path.join(root, "nats"), size=size)
     nats.__enter__()
     try:
-        bed = BenchBed(root, nats, shards=opts.shards, lease_seconds=opts.lease_seconds)
+        bed = BenchBed(root, nats, shards=opts.shards, lease_seconds=opts.lease_seconds, nodes=size)
     except BaseException:
         nats.__exit__(None, None, None)
         raise
@@ -182,35 +188,57 @@ def cluster_processes(nats, bed):
     return procs
 
 
-def cluster_phase(root, opts, round_no, then=None):
-    progress(f"round {round_no}: cluster (3 nats-servers + 3 nodes, {opts.shards} shards, lease {opts.lease_seconds} s): starting")
-    directory = os.path.join(root, f"cluster-{round_no}")
+def cluster_phase(root, opts, round_no, size, then=None):
+    """A fresh cluster of `size` nats-servers and `size` nodes, measured twice: the load spread
+    round-robin over the nodes, then (unless --no-balancer) through HAProxy with the shipped
+    routing (deploy/haproxy). Returns the list of results, each with its "nodes" and "routing"."""
+    label = f"round {round_no}: {size}-node cluster"
+    progress(f"{label} ({size} nats-servers + {size} nodes, {opts.shards} shards, lease {opts.lease_seconds} s): starting")
+    directory = os.path.join(root, f"cluster{size}-{round_no}")
     os.makedirs(directory)
     started = time.monotonic()
-    nats, bed = start_cluster(directory, opts)
+    nats, bed = start_cluster(directory, opts, size)
+    results = []
     try:
         bed.wait_owned(timeout=120)
         owned = bed.wait_balanced()
         ready = time.monotonic() - started
-        progress(f"round {round_no}: cluster ready in {ready:.1f} s (shards owned per node {owned}); "
-                 f"{opts.identities} identities over 3 endpoints for {opts.seconds:g} s")
-        counters_before = bed.counters()
-        result = measured_load([n.url for n in bed.nodes], cluster_processes(nats, bed), opts,
-                               os.path.join(directory, "load.log"), [n.log_path for n in bed.nodes], f"round {round_no} cluster")
-        counters_after = bed.counters()
-        result["startup_seconds"] = ready
-        result["owned"] = owned
-        result["counters"] = {node: {k: counters_after[node][k] - counters_before[node].get(k, 0)
-                                     for k in ("Appended", "Behind", "Retried")} for node in counters_after}
-        t = time.monotonic()
-        bed.wait_converged(timeout=120)
-        result["converge_seconds"] = time.monotonic() - t
+        progress(f"{label} ready in {ready:.1f} s (shards owned per node {owned})")
+        routings = [("round-robin", None)] + ([] if opts.no_balancer else [("balancer", "haproxy")])
+        for routing, _ in routings:
+            balancer = Balancer([n.port for n in bed.nodes], os.path.join(directory, "haproxy")) if routing == "balancer" else None
+            try:
+                endpoints = [balancer.url] if balancer else [n.url for n in bed.nodes]
+                processes = cluster_processes(nats, bed)
+                if balancer:
+                    processes["haproxy"] = balancer.process.pid
+                    # The balancer learns the owners from answers: a few writes of every shard first.
+                    run_load(endpoints, max(opts.identities, 4 * opts.shards), 2, 0, opts.records, os.path.join(directory, "warmup.log"))
+                progress(f"{label}: {opts.identities} identities {'through HAProxy' if balancer else f'over {size} endpoints'} "
+                         f"for {opts.seconds:g} s")
+                counters_before = bed.counters()
+                result = measured_load(endpoints, processes, opts, os.path.join(directory, f"load-{routing}.log"),
+                                       [n.log_path for n in bed.nodes], f"{label} {routing}")
+                counters_after = bed.counters()
+            finally:
+                if balancer:
+                    balancer.stop()
+            result["startup_seconds"] = ready
+            result["owned"] = owned
+            result["nodes"] = size
+            result["routing"] = routing
+            result["counters"] = {node: {k: counters_after[node][k] - counters_before[node].get(k, 0)
+                                         for k in ("Appended", "Behind", "Retried", "Forwarded")} for node in counters_after}
+            t = time.monotonic()
+            bed.wait_converged(timeout=120)
+            result["converge_seconds"] = time.monotonic() - t
+            results.append(result)
         if then is not None:
-            result["failover"] = then(directory, nats, bed)
+            results[0]["failover"] = then(directory, nats, bed)
     finally:
-        progress(f"round {round_no}: stopping the cluster")
+        progress(f"{label}: stopping the cluster")
         stop_cluster(nats, bed)
-    return result
+    return results
 
 
 # -- failover -----------------------------------------------------------------------------------

@@ -1,27 +1,23 @@
 """The cluster behind HAProxy (Debian's, with deploy/haproxy/haproxy.cfg and syncledger.lua, only
-the addresses replaced): every answer names its shard's owner, the balancer learns from the
+the addresses replaced: haproxy_env): every answer names its shard's owner, the balancer learns from the
 answers and sends each identity's requests to that owner, so writes are not forwarded between
 nodes; a killed owner's requests go to a live node, which forwards them to the new owner.
 
 Needs `haproxy` (tools/setup installs it)."""
 
-import os
 import re
-import shutil
-import socket
-import subprocess
 import time
 
 import boto3
 import pytest
 from botocore.config import Config
 
+import haproxy_env
 from conftest import ADMIN_KEY, ADMIN_SECRET, REGION, SERVICE, new_id
 from cluster_env import retry_unwritten, running_bed
 from cluster_load import shard_of
 
 SHARDS = 8
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -30,52 +26,13 @@ def bed(tmp_path_factory):
         yield bed
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Balancer:
-    """haproxy with the shipped configuration: its bind and server addresses replaced by the
-    bed's, its lua-load path by the repository's script."""
-
+class Balancer(haproxy_env.Balancer):
     def __init__(self, bed, root):
-        assert shutil.which("haproxy"), "haproxy is missing: run tools/setup"
-        with open(os.path.join(ROOT, "deploy", "haproxy", "haproxy.cfg")) as f:
-            config = f.read()
-        self.port = free_port()
-        config = config.replace("lua-load /etc/haproxy/syncledger.lua", f"lua-load {os.path.join(ROOT, 'deploy', 'haproxy', 'syncledger.lua')}")
-        config = config.replace("bind :8080", f"bind 127.0.0.1:{self.port}")
-        for i, node in enumerate(bed.nodes):
-            config = re.sub(rf"^(\s+server node{i}) \S+", rf"\1 127.0.0.1:{node.port}", config, flags=re.M)
-        assert "10.0.0." not in config
-        self.path = os.path.join(root, "haproxy.cfg")
-        with open(self.path, "w") as f:
-            f.write(config)
-        check = subprocess.run(["haproxy", "-c", "-f", self.path], capture_output=True, text=True)
-        assert check.returncode == 0, check.stdout + check.stderr
-        self.log = open(os.path.join(root, "haproxy.log"), "wb")
-        self.process = subprocess.Popen(["haproxy", "-db", "-f", self.path], stdout=self.log, stderr=self.log)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                assert self.process.poll() is None, "haproxy exited"
-                assert time.monotonic() < deadline, "haproxy did not listen"
-                time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__([n.port for n in bed.nodes], root)
 
     def client(self):
         return boto3.client(SERVICE, endpoint_url=self.url, region_name=REGION, aws_access_key_id=ADMIN_KEY,
                             aws_secret_access_key=ADMIN_SECRET, config=Config(retries={"total_max_attempts": 1}))
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=10)
-        self.log.close()
 
 
 @pytest.fixture
