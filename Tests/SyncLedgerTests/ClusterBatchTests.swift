@@ -212,4 +212,53 @@ import SyncLedgerTestSupport
             #expect(try await ledger.updateRecords(s, patches: patches, sessionToken: token).syncCount == 1)
         }
     }
+
+    /// Writes of two shards, interleaved, planned in one round: a batch for each shard; a write
+    /// whose stream was named when queued runs once, one whose shard is learnt by running it
+    /// runs again (rolled back) when it came up while another shard's batch was being planned.
+    @Test func oneRoundMakesABatchForEachShardAndRunsANamedWriteOnce() async throws {
+        let log = try ListShardLog(shards: 2)
+        try await withLedger { ledger in
+            ledger.bindCluster(log)
+            let map = log.shards
+            var byShard: [Int: [StreamName]] = [0: [], 1: []]
+            var n = 0
+            while byShard[0]!.count < 3 || byShard[1]!.count < 3 {
+                let s = stream(identity: String(n, radix: 16))
+                if byShard[map.shard(of: s)]!.count < 3 { byShard[map.shard(of: s)]!.append(s) }
+                n += 1
+            }
+            let streams = (0..<3).flatMap { [byShard[0]![$0], byShard[1]![$0]] }  // shard 0, 1, 0, 1, 0, 1
+            let runs = Mutex<[StreamName: Int]>([:])
+            func queued(_ s: StreamName, named: Bool) -> QueuedClusterWrite {
+                QueuedClusterWrite(run: { txn in
+                    runs.withLock { $0[s, default: 0] += 1 }
+                    _ = try ledger.append(txn, to: s, author: "t", events: [.put(key: "k", value: "v", deviceModified: nil)])
+                    return 0
+                }, finish: { _ in }, shard: named ? map.shard(of: s) : nil)
+            }
+            let named = streams.map { queued($0, named: true) }
+            let plan = try await ledger.writeLocal { txn in try ledger.plan(named, txn, map: map, busy: []) }
+            #expect(plan.batches.map(\.shard) == [0, 1])
+            #expect(plan.batches.map(\.members.count) == [3, 3])
+            #expect(plan.batches.map(\.entries.count) == [3, 3])
+            #expect(plan.left.isEmpty && plan.finished.isEmpty)
+            #expect(runs.withLock { $0 }.values.allSatisfy { $0 == 1 })
+            for s in streams { #expect(try ledger.values(s).isEmpty, "a plan leaves nothing behind") }
+            // A write of a shard with a batch in flight is left, not run.
+            runs.withLock { $0 = [:] }
+            let again = streams.map { queued($0, named: true) }
+            let busy = try await ledger.writeLocal { txn in try ledger.plan(again, txn, map: map, busy: [1]) }
+            #expect(busy.batches.map(\.shard) == [0])
+            #expect(busy.left.count == 3 && busy.left.allSatisfy { $0.shard == 1 })
+            #expect(runs.withLock { $0 }.keys.allSatisfy { map.shard(of: $0) == 0 })
+            // Unnamed: the writes of shard 1 run once in shard 0's pass (rolled back), once in their own.
+            runs.withLock { $0 = [:] }
+            let anonymous = streams.map { queued($0, named: false) }
+            let unnamed = try await ledger.writeLocal { txn in try ledger.plan(anonymous, txn, map: map, busy: []) }
+            #expect(unnamed.batches.map(\.members.count) == [3, 3])
+            let counts = runs.withLock { $0 }
+            #expect(byShard[0]!.allSatisfy { counts[$0] == 1 } && byShard[1]!.allSatisfy { counts[$0] == 2 })
+        }
+    }
 }

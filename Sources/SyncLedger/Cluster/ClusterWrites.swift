@@ -176,9 +176,15 @@ extension Ledger {
     /// message to the shard's log and applies it from there — so this replica, like every other,
     /// holds only what the shard's log acknowledged, and one log round carries many writes. A
     /// write that appends nothing commits locally; one its own rules refuse fails alone.
-    func clusterWrite<T: Sendable>(_ log: any ShardLog, _ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+    ///
+    /// `stream`: a stream the write appends to, when the caller knows it: its shard is then known
+    /// before the write is planned (a write planned for another shard's batch is run and rolled
+    /// back for nothing; a wrong guess costs just that).
+    func clusterWrite<T: Sendable>(_ log: any ShardLog, on stream: StreamName? = nil,
+                                   _ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        let shard = stream.map { log.shards.shard(of: $0) }
         let value = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<any Sendable, any Error>) in
-            let write = QueuedClusterWrite(run: { txn in try body(txn) }, finish: { continuation.resume(with: $0) })
+            let write = QueuedClusterWrite(run: { txn in try body(txn) }, finish: { continuation.resume(with: $0) }, shard: shard)
             if shardBatches.enqueue(write) { startPlanner(log) }
         }
         guard let typed = value as? T else { preconditionFailure("a cluster write's outcome has the wrong type") }
@@ -203,9 +209,9 @@ extension Ledger {
                 for write in writes { write.finish(.failure(error)) }
                 continue
             }
-            shardBatches.planned(left: plan.left, inFlight: plan.batch?.shard)
+            shardBatches.planned(left: plan.left, inFlight: plan.batches.map(\.shard))
             for (write, outcome) in plan.finished { write.finish(outcome) }
-            if let batch = plan.batch {
+            for batch in plan.batches {
                 Task { await self.publish(batch, to: log) }
             }
         }

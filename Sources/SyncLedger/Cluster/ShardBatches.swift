@@ -76,11 +76,11 @@ final class ShardBatches: Sendable {
     }
 
     /// Puts writes a plan left for later back in the queue, in their places of arrival, and
-    /// marks `shard` (the plan's batch) in flight.
-    func planned(left: [QueuedClusterWrite], inFlight shard: Int?) {
+    /// marks `shards` (the plan's batches) in flight.
+    func planned(left: [QueuedClusterWrite], inFlight shards: [Int]) {
         state.withLock { state in
             state.putBack(left)
-            if let shard { state.inFlight.insert(shard) }
+            state.inFlight.formUnion(shards)
         }
     }
 
@@ -102,10 +102,10 @@ struct ShardPlan: Sendable {
     /// Writes done now: those that appended nothing (their other changes committed here), and
     /// refusals planned before any batch began.
     var finished: [(QueuedClusterWrite, Result<any Sendable, any Error>)] = []
-    /// The writes whose entries make up one message of one shard's log.
-    var batch: Batch?
-    /// Writes left for a later round: of another shard, a local change after the batch began,
-    /// past the batch's size.
+    /// The batches, one a shard: each the writes whose entries make up one message of its log.
+    var batches: [Batch] = []
+    /// Writes left for a later round: of a shard with a batch in flight, a local change after
+    /// its shard's batch began, past the batch's size.
     var left: [QueuedClusterWrite] = []
 
     struct Batch: Sendable {
@@ -137,38 +137,64 @@ private enum Trial: Sendable {
 
 extension Ledger {
     /// Plans `writes` in order on `txn` (the writer's group transaction): each in a nested
-    /// transaction on top of the ones before it, so a write sees every entry the earlier writes
-    /// of the batch appended. Local changes that come before any entry are committed with the
-    /// round; the batch's entries are taken out and the plan rolled back, to be applied only
-    /// from the shard's log.
+    /// transaction on top of the ones before it of its shard, so a write sees every entry the
+    /// earlier writes of its batch appended. Local changes that come before any entry are
+    /// committed with the round; each batch's entries are taken out and its plan rolled back, to
+    /// be applied only from the shard's log. One round makes a batch for every shard it can:
+    /// a pass plans one shard's writes (a write whose shard is known and another is passed over
+    /// without running), the next pass the writes left, until a pass makes no progress.
+    ///
     /// A write that turns out to append to a shard in `busy` (a batch of it in flight) is left
     /// for later: planned now, it would miss that batch's entries.
     func plan(_ writes: [QueuedClusterWrite], _ txn: Transaction, map: ShardMap, busy: Set<Int>) throws -> ShardPlan {
         var result = ShardPlan()
+        var busy = busy
+        var pending = writes
+        while !pending.isEmpty {
+            let (pass, progressed) = try planPass(pending, txn, map: map, busy: busy)
+            result.finished += pass.finished
+            result.batches += pass.batches
+            for batch in pass.batches { busy.insert(batch.shard) }
+            pending = pass.left
+            if !progressed { break }
+        }
+        result.left = pending
+        return result
+    }
+
+    /// One pass of ``plan(_:_:map:busy:)``: stretches of writes, each kept (no batch began: local
+    /// changes, refusals) or rolled back whole (a batch began), until a batch is made or the
+    /// writes run out. - Returns: what the pass made, and whether it made anything (a batch, or
+    /// a write finished).
+    private func planPass(_ writes: [QueuedClusterWrite], _ txn: Transaction, map: ShardMap, busy: Set<Int>) throws -> (ShardPlan, Bool) {
+        var result = ShardPlan()
         var next = writes[...]
-        // One stretch per pass: writes up to and including the first local change are kept
-        // (no batch began); a stretch in which a batch began is rolled back whole.
         while !next.isEmpty {
             var stretch = ShardPlan()
+            var batch: ShardPlan.Batch?
             var endedByLocalChange = false
             try txn.nested(deciding: { plan -> ((), keep: Bool) in
                 while let write = next.first, !endedByLocalChange {
                     next.removeFirst()
-                    if let batch = stretch.batch, batch.isFull || write.shard.map({ $0 != batch.shard }) == true {
+                    if let shard = write.shard, busy.contains(shard) {
+                        stretch.left.append(write)  // its shard has a batch already: wait for it
+                        continue
+                    }
+                    if let current = batch, current.isFull || write.shard.map({ $0 != current.shard }) == true {
                         stretch.left.append(write)
                         continue
                     }
                     let effects = LocalEffects()
-                    switch try trial(write, in: plan, map: map, effects: effects, batch: stretch.batch, busy: busy) {
+                    switch try trial(write, in: plan, map: map, effects: effects, batch: batch, busy: busy) {
                     case .appended(let shard, let entries, let value):
-                        if stretch.batch == nil { stretch.batch = .init(shard: shard, after: try shardCheckpoint(plan, shard)) }
+                        if batch == nil { batch = .init(shard: shard, after: try shardCheckpoint(plan, shard)) }
                         var planned = write
                         planned.shard = shard
-                        stretch.batch!.entries += entries
-                        stretch.batch!.bytes += entries.reduce(0) { $0 + $1.body.count }
-                        stretch.batch!.members.append((planned, .success(value), effects))
+                        batch!.entries += entries
+                        batch!.bytes += entries.reduce(0) { $0 + $1.body.count }
+                        batch!.members.append((planned, .success(value), effects))
                     case .unchanged(let outcome):
-                        if stretch.batch != nil { stretch.batch!.members.append((write, outcome, effects)) } else { stretch.finished.append((write, outcome)) }
+                        if batch != nil { batch!.members.append((write, outcome, effects)) } else { stretch.finished.append((write, outcome)) }
                     case .local(let value):
                         stretch.finished.append((write, .success(value)))
                         endedByLocalChange = true
@@ -178,17 +204,17 @@ extension Ledger {
                         stretch.left.append(left)
                     }
                 }
-                return ((), keep: stretch.batch == nil)
+                return ((), keep: batch == nil)
             })
             result.finished += stretch.finished
             result.left += stretch.left
-            if let batch = stretch.batch {
-                result.batch = batch
-                result.left += next  // one batch a round; the rest waits for the next round
-                break
+            if let batch {
+                result.batches.append(batch)
+                result.left += next  // one batch a pass; the rest waits for the next pass
+                return (result, true)
             }
         }
-        return result
+        return (result, !result.finished.isEmpty)
     }
 
     /// Runs one write in a nested transaction of `plan` and says what it did; its changes stay

@@ -133,7 +133,7 @@ extension Ledger {
                 return try await updateRecordsThroughTrigger(stream, patches: patches, origin: origin, trigger: trigger, idempotency: idempotency)
             }
         }
-        return try await write { [self] txn in
+        return try await write(on: stream) { [self] txn in
             if let idempotency, let stored = try self.storedUpdate(txn, idempotency) { return stored }
             let (entry, view) = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in
                 var conflicts: [LedgerError.Conflict] = []
@@ -190,7 +190,7 @@ extension Ledger {
     public func deleteDataset(_ stream: StreamName, caller: String? = nil) async throws -> DatasetDescription {
         let change = try validateChange([.deleteDataset], for: stream)
         let origin = try ChangeOrigin(author: caller ?? stream.identity.rawValue)
-        return try await write { [self] txn in
+        return try await write(on: stream) { [self] txn in
             var before: DatasetState?
             _ = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in
                 guard let meta = view.dataset, !meta.deleted else {

@@ -342,8 +342,10 @@ public final class Ledger: Sendable {
 
     /// Runs `body` on the writer as one caller of a group commit. In cluster mode (see
     /// ``bindCluster(_:)``), entries it appends reach this ledger only through their shard's log.
-    func write<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
-        if let log = cluster.current { return try await clusterWrite(log, body) }
+    /// `stream`: a stream the write appends to, when the caller knows it (in cluster mode its
+    /// shard is then known before the write is planned).
+    func write<T: Sendable>(on stream: StreamName? = nil, _ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        if let log = cluster.current { return try await clusterWrite(log, on: stream, body) }
         return try await writer.perform(body)
     }
 

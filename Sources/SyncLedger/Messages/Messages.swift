@@ -228,7 +228,7 @@ extension Ledger {
             throw LedgerError(.expired, "message \(quoted(message.messageId)) expired at \(expires), before it arrived at \(now); nothing was stored")
         }
         let stream = Self.messageStream(pool: pool, identity: identity)
-        return try await write { [self] txn in
+        return try await write(on: stream) { [self] txn in
             if let ack = try self.storedAck(txn, key: key, hash: hash, messageId: message.messageId) { return ack }
             let known = KnownMessage(value: value, message: message, hash: hash, key: key)
             let (entry, _) = try self.append(txn, to: stream, author: identity.rawValue, device: deviceCode,
