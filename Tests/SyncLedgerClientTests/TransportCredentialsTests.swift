@@ -92,14 +92,16 @@ final class TransportCredentialsTests {
     @Test func concurrentFirstCallersShareOneGetId() async throws {
         let pool = try await server.createIdentityPool()
         let credentials = provider(pool: pool)
-        let identities = try await withThrowingTaskGroup(of: String.self) { group in
+        // Each answer with its caller's number: the group yields them in the order they finish.
+        let answers = try await withThrowingTaskGroup(of: (Int, String).self) { group in
             for i in 0..<16 {
-                group.addTask { i.isMultiple(of: 2) ? try await credentials.identityID() : try await credentials.credentials().accessKeyID }
+                group.addTask { (i, i.isMultiple(of: 2) ? try await credentials.identityID() : try await credentials.credentials().accessKeyID) }
             }
-            return try await group.reduce(into: [String]()) { $0.append($1) }
+            return try await group.reduce(into: [(Int, String)]()) { $0.append($1) }
         }
-        #expect(Set(identities.enumerated().filter { $0.offset.isMultiple(of: 2) }.map(\.element)).count == 1)
-        #expect(Set(identities.enumerated().filter { !$0.offset.isMultiple(of: 2) }.map(\.element)).count == 1)
+        #expect(answers.count == 16)
+        #expect(Set(answers.filter { $0.0.isMultiple(of: 2) }.map(\.1)).count == 1, "one identity for every caller")
+        #expect(Set(answers.filter { !$0.0.isMultiple(of: 2) }.map(\.1)).count == 1, "one set of credentials for every caller")
         let listed = try await server.identityCall("ListIdentities", ["IdentityPoolId": pool, "MaxResults": 60])
         #expect((listed["Identities"] as? [Any])?.count == 1, "one GetId for all the callers")
     }
