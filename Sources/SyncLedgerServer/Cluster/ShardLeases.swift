@@ -155,14 +155,24 @@ final class ShardLeases: Sendable {
 
     /// Gives up every lease held (a node stopping): each deleted by its revision, so a lease
     /// another node took meanwhile is left alone.
+    ///
+    /// Each lease is deleted by the revision it has now, when its value is still this node's: a
+    /// renewal or a takeover cut off by the stop may have moved the revision (the update landed,
+    /// its answer was cancelled) or made a lease this node does not know it holds yet.
     func handBackAll() async {
-        for shard in ownership.shards {
-            guard let owned = ownership.get(shard) else { continue }
-            ownership.set(shard, nil)
-            _ = try? await bucket.delete(ClusterNames.lease(shard), lastRevision: owned.revision)
+        let held = ownership.shards
+        for shard in held { ownership.set(shard, nil) }
+        let taking = takingShards.withLock { $0 }
+        for shard in Set(held).union(taking).sorted() {
+            let key = ClusterNames.lease(shard)
+            guard let entry = try? await bucket.get(key), log.sealing.openLease(entry.value, shard: shard)?.node == options.nodeID else { continue }
+            _ = try? await bucket.delete(key, lastRevision: entry.revision)
         }
         _ = try? await bucket.delete(ClusterNames.node(options.nodeID))
     }
+
+    /// Shards whose lease this node is taking (made, not yet owned): handed back on a stop too.
+    private let takingShards = Mutex<Set<Int>>([])
 
     /// How long a lease surely stays ours after the request that made or renewed it was sent:
     /// the bucket's max age, less a sixth for the servers' expiry timer.
@@ -197,6 +207,8 @@ final class ShardLeases: Sendable {
             for shard in (0..<shards.count).shuffled() where ownership.get(shard) == nil {
                 guard wanted > 0, !Task.isCancelled else { break }
                 let sent = ContinuousClock.now
+                takingShards.withLock { _ = $0.insert(shard) }
+                defer { takingShards.withLock { _ = $0.remove(shard) } }
                 guard let revision = try await takeLease(shard, records: records) else { continue }
                 if try await takeOver(shard, revision: revision, sent: sent) { wanted -= 1 }
             }
