@@ -13,7 +13,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Tests", "wire"))
 
 from conftest import ADMIN_KEY, ADMIN_SECRET, Server  # noqa: E402  (reads $SYNCLEDGER_BIN)
-from cluster_env import ClusterBed  # noqa: E402
+from cluster_env import ClusterBed, forwarded_requests  # noqa: E402
 from cluster_load import WriteLoad, shard_of  # noqa: E402
 from nats_env import NatsCluster  # noqa: E402
 from haproxy_env import Balancer  # noqa: E402
@@ -117,9 +117,6 @@ def single_phase(root, opts, round_no):
 
 # -- the cluster --------------------------------------------------------------------------------
 
-FORWARDED = re.compile(r'^syncledger_requests_total\{operation="[A-Za-z]+\.Forwarded",status="\d+"\} (\d+)$', re.M)
-
-
 class BenchBed(ClusterBed):
     """ClusterBed whose nodes start at the same time (a node that starts alone first takes every
     shard and then hands them back one per lease round), with the waits a benchmark needs."""
@@ -157,7 +154,7 @@ class BenchBed(ClusterBed):
             if n.process.poll() is not None:
                 continue
             s = self.status(n)
-            forwarded = sum(int(c) for c in FORWARDED.findall(n.metrics()))
+            forwarded = forwarded_requests(n)
             out[f"node{i}"] = {"owned": s["OwnedHere"], "Forwarded": forwarded,
                                **{k: sum(sh.get(k, 0) or 0 for sh in s["Shards"]) for k in ("Appended", "Behind", "Retried")}}
         return out

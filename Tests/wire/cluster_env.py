@@ -9,6 +9,7 @@ certificates and authentication (nats_env.NatsSecurity): nodes sign in as the `s
 import contextlib
 import math
 import os
+import re
 import signal
 import time
 
@@ -31,6 +32,14 @@ def retry_unwritten(call, *args, timeout=30, **kwargs):
                     or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+_FORWARDED = re.compile(r'^syncledger_requests_total\{operation="[A-Za-z]+\.Forwarded",status="\d+"\} (\d+)$', re.M)
+
+
+def forwarded_requests(node):
+    """Requests `node` forwarded to another node (its /metrics), in all."""
+    return sum(int(n) for n in _FORWARDED.findall(node.metrics()))
 
 
 @contextlib.contextmanager

@@ -5,7 +5,6 @@ nodes; a killed owner's requests go to a live node, which forwards them to the n
 
 Needs `haproxy` (tools/setup installs it)."""
 
-import re
 import time
 
 import boto3
@@ -14,7 +13,7 @@ from botocore.config import Config
 
 import haproxy_env
 from conftest import ADMIN_KEY, ADMIN_SECRET, REGION, SERVICE, new_id
-from cluster_env import retry_unwritten, running_bed
+from cluster_env import forwarded_requests, retry_unwritten, running_bed
 from cluster_load import shard_of
 
 SHARDS = 8
@@ -42,12 +41,9 @@ def balancer(bed, tmp_path):
     b.stop()
 
 
-FORWARDED = re.compile(r'^syncledger_requests_total\{operation="([A-Za-z]+)\.Forwarded",status="\d+"\} (\d+)$', re.M)
-
-
 def forwarded(bed):
     """Requests the live nodes forwarded to another node, in all."""
-    return sum(int(n) for node in bed.live() for _, n in FORWARDED.findall(node.metrics()))
+    return sum(forwarded_requests(node) for node in bed.live())
 
 
 def put(client, pool, identity, value):
