@@ -160,8 +160,8 @@ import SyncLedgerTestSupport
             let b = stream("x", identity: "b\(other)")
             let error = await expectLedgerError(.invalidParameter) {
                 try await ledger.write { txn in
-                    _ = try ledger.append(txn, to: a, author: "t", events: [.put(key: "k", value: "1", deviceModified: nil)])
-                    _ = try ledger.append(txn, to: b, author: "t", events: [.put(key: "k", value: "2", deviceModified: nil)])
+                    try ledger.appendChange(txn, to: a, author: "t", events: [.put(key: "k", value: "1", deviceModified: nil)])
+                    try ledger.appendChange(txn, to: b, author: "t", events: [.put(key: "k", value: "2", deviceModified: nil)])
                 }
             }
             #expect(error?.message.contains("2 shards") == true)

@@ -65,7 +65,7 @@ private enum Naive {
     private func fill(_ ledger: Ledger, count: Int, from start: Int = 0) async throws {
         try await ledger.write { txn in
             for i in start..<start + count {
-                _ = try ledger.append(txn, to: stream("d\(i % 5)", identity: "\(i % 3)"), author: "test",
+                try ledger.forgeEntry(txn, to: stream("d\(i % 5)", identity: "\(i % 3)"), author: "test",
                                       events: [.put(key: "k\(i % 7)", value: "v\(i)", deviceModified: nil)])
             }
         }

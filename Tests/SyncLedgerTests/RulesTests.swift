@@ -20,6 +20,24 @@ import SyncLedgerTestSupport
         }
     }
 
+    /// The log core's append takes SyncLedger's own streams only: a user's dataset is reached
+    /// through Cognito's rules, so a new path cannot skip them by calling the raw append.
+    @Test func theRawAppendRefusesAUsersDataset() async throws {
+        try await withLedger { ledger in
+            let s = stream("d")
+            let error = await expectLedgerError(.invalidParameter) {
+                try await ledger.write { txn in _ = try ledger.append(txn, to: s, author: "t", events: [.put(key: "k", value: "v", deviceModified: nil)]) }
+            }
+            #expect(error?.message.contains("only through Cognito's rules") == true)
+            #expect(try ledger.streams().isEmpty, "nothing was written")
+            // The same change through the rules is taken; a system stream through the raw append too.
+            try await ledger.write { txn in _ = try ledger.appendChange(txn, to: s, author: "t", events: [.put(key: "k", value: "v", deviceModified: nil)]) }
+            let system = Ledger.systemStream(s.pool, "configuration")
+            try await ledger.write { txn in _ = try ledger.append(txn, to: system, author: "t", events: [.put(key: "k", value: "v", deviceModified: nil)]) }
+            #expect(try ledger.values(s) == ["k": "v"])
+        }
+    }
+
     @Test func aFastForwardObeysTheSameLimitsAsUpdateRecords() async throws {
         var options = LedgerOptions()
         options.limits.maxKeyLength = 8
@@ -180,14 +198,14 @@ import SyncLedgerTestSupport
                 for name in ["e1", "e2", "e3"] {
                     let s = stream(name)
                     try await device.write { txn in
-                        _ = try device.append(txn, to: s, author: "device", events: [])
+                        try device.forgeEntry(txn, to: s, author: "device", events: [])
                     }
                     let segment = try #require(try device.streamSegment(s, after: 0))
                     await expectLedgerError(.invalidParameter) { _ = try await server.mergeOffline(segment, sessionToken: try server.token(s)) }
                 }
                 let d = stream("d1")
                 try await device.write { txn in
-                    _ = try device.append(txn, to: d, author: "device", events: [.deleteDataset])
+                    try device.forgeEntry(txn, to: d, author: "device", events: [.deleteDataset])
                 }
                 let deleteOnly = try #require(try device.streamSegment(d, after: 0))
                 await expectLedgerError(.notFound) { _ = try await server.mergeOffline(deleteOnly, sessionToken: try server.token(d)) }

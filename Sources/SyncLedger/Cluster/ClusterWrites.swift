@@ -79,7 +79,7 @@ extension Ledger {
     }
 
     /// ``applyShardMessage(_:shard:of:sequence:)``, writing `effects` (what only this node keeps
-    /// of the write, see ``LocalEffects``) in the same transaction, applied or not.
+    /// of the write, see ``WriteScope``) in the same transaction, applied or not.
     func applyShardMessage(_ segment: Segment, shard: Int, of map: ShardMap, sequence: UInt64,
                            effects: [(Database, [UInt8], [UInt8])]) async throws -> ShardApplyOutcome {
         guard (0..<map.count).contains(shard) else {
@@ -181,10 +181,10 @@ extension Ledger {
     /// before the write is planned (a write planned for another shard's batch is run and rolled
     /// back for nothing; a wrong guess costs just that).
     func clusterWrite<T: Sendable>(_ log: any ShardLog, on stream: StreamName? = nil,
-                                   _ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+                                   _ body: @escaping @Sendable (WriteScope) throws -> T) async throws -> T {
         let shard = stream.map { log.shards.shard(of: $0) }
         let value = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<any Sendable, any Error>) in
-            let write = QueuedClusterWrite(run: { txn in try body(txn) }, finish: { continuation.resume(with: $0) }, shard: shard)
+            let write = QueuedClusterWrite(run: { scope in try body(scope) }, finish: { continuation.resume(with: $0) }, shard: shard)
             if shardBatches.enqueue(write) { startPlanner(log) }
         }
         guard let typed = value as? T else { preconditionFailure("a cluster write's outcome has the wrong type") }
@@ -231,7 +231,17 @@ extension Ledger {
             let effects = batch.members.flatMap { member -> [(Database, [UInt8], [UInt8])] in
                 if case .success = member.outcome { return member.effects.all } else { return [] }
             }
-            try await applyShardMessage(segment, shard: shard, of: log.shards, sequence: sequence, effects: effects)
+            do {
+                try await applyShardMessage(segment, shard: shard, of: log.shards, sequence: sequence, effects: effects)
+            } catch {
+                // The shard's log holds the batch: its writes are durable, and this replica's
+                // tail applies them (a storage failure here is this node's, not the writes').
+                // Failing them now would send their callers to retry writes that landed (and
+                // meet conflicts); their node-local changes are kept on their own.
+                if !effects.isEmpty {
+                    _ = try? await writeLocal { txn in for (db, key, value) in effects { try txn.put(db, key: key, value: value) } }
+                }
+            }
             for member in batch.members { member.write.finish(member.outcome) }
         } catch ShardLogError.behind(let shard, let last) {
             // Someone got there first (another node, or a message this replica had not
@@ -248,9 +258,14 @@ extension Ledger {
             }
         } catch {
             // Nothing of the batch was acknowledged (or its outcome is unknown, which the error
-            // says): every write gets the error — a refusal too, since it was decided on the
-            // batch's state.
-            for member in batch.members { member.write.finish(.failure(error)) }
+            // says): every write that appended gets the error. A write that appended nothing
+            // (a refusal, a no-op) was decided on the batch's state, which never came to be: it
+            // is planned again on the state there is.
+            for member in batch.members {
+                var write = member.write
+                write.attempts += 1
+                if !member.appended, write.attempts < 16 { requeue.append(write) } else { write.finish(.failure(error)) }
+            }
         }
         if shardBatches.landed(shard, requeue: requeue) { startPlanner(log) }
     }

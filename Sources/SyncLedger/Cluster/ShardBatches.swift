@@ -5,7 +5,7 @@ import Synchronization
 /// taught the batcher.
 struct QueuedClusterWrite: Sendable {
     /// The write's rules and changes, run on the writer in a nested transaction.
-    let run: @Sendable (Transaction) throws -> any Sendable
+    let run: @Sendable (WriteScope) throws -> any Sendable
     /// Called once with the outcome.
     let finish: @Sendable (Result<any Sendable, any Error>) -> Void
     /// The shard its last plan appended to (nil: not planned yet, or it appended nothing).
@@ -115,9 +115,10 @@ struct ShardPlan: Sendable {
         var entries: [Segment.Entry] = []
         var bytes = 0
         /// Every write planned in the batch, with its outcome (a refusal too: it is only told
-        /// once the batch landed, since it was decided on the batch's state) and what it keeps
-        /// only on this node.
-        var members: [(write: QueuedClusterWrite, outcome: Result<any Sendable, any Error>, effects: LocalEffects)] = []
+        /// once the batch landed, since it was decided on the batch's state), what it keeps
+        /// only on this node, and whether it appended entries of the batch (false: a refusal or
+        /// a write that changed nothing, planned on the batch's state).
+        var members: [(write: QueuedClusterWrite, outcome: Result<any Sendable, any Error>, effects: NodeLocalChanges, appended: Bool)] = []
         var isFull: Bool { members.count >= ShardBatches.maxWrites || bytes >= ShardBatches.maxBytes }
     }
 }
@@ -184,7 +185,7 @@ extension Ledger {
                         stretch.left.append(write)
                         continue
                     }
-                    let effects = LocalEffects()
+                    let effects = NodeLocalChanges()
                     switch try trial(write, in: plan, map: map, effects: effects, batch: batch, busy: busy) {
                     case .appended(let shard, let entries, let value):
                         if batch == nil { batch = .init(shard: shard, after: try shardCheckpoint(plan, shard)) }
@@ -192,9 +193,9 @@ extension Ledger {
                         planned.shard = shard
                         batch!.entries += entries
                         batch!.bytes += entries.reduce(0) { $0 + $1.body.count }
-                        batch!.members.append((planned, .success(value), effects))
+                        batch!.members.append((planned, .success(value), effects, true))
                     case .unchanged(let outcome):
-                        if batch != nil { batch!.members.append((write, outcome, effects)) } else { stretch.finished.append((write, outcome)) }
+                        if batch != nil { batch!.members.append((write, outcome, effects, false)) } else { stretch.finished.append((write, outcome)) }
                     case .local(let value):
                         stretch.finished.append((write, .success(value)))
                         endedByLocalChange = true
@@ -219,12 +220,12 @@ extension Ledger {
 
     /// Runs one write in a nested transaction of `plan` and says what it did; its changes stay
     /// in `plan` only for ``Trial/appended(_:_:_:)`` and ``Trial/local(_:)``.
-    private func trial(_ write: QueuedClusterWrite, in plan: Transaction, map: ShardMap, effects: LocalEffects,
+    private func trial(_ write: QueuedClusterWrite, in plan: Transaction, map: ShardMap, effects: NodeLocalChanges,
                        batch: ShardPlan.Batch?, busy: Set<Int>) throws -> Trial {
         let first = try nextSequence(plan)
         do {
             return try plan.nested(deciding: { inner -> (Trial, keep: Bool) in
-                let value = try LocalEffects.$current.withValue(effects) { try write.run(inner) }
+                let value = try write.run(WriteScope(txn: inner, nodeLocal: effects))
                 let entries = try appendedEntries(inner, from: first)
                 guard !entries.isEmpty else {
                     if inner.changes == 0 { return (.unchanged(.success(value)), keep: false) }

@@ -48,13 +48,27 @@ public enum ShardApplyOutcome: Sendable, Equatable {
     case alreadyApplied
 }
 
-/// Changes a write makes beside the log that only the node which ran it keeps (an
-/// UpdateRecords call's idempotency answer): in cluster mode the write's dry run is rolled
-/// back, so they are collected here and written once the shard's log took the entries.
-final class LocalEffects: Sendable {
-    /// The effects of the write running on this thread, in cluster mode.
-    @TaskLocal static var current: LocalEffects?
+/// The transaction a write runs in, and where the changes go that only the node which ran it
+/// keeps beside the log (an UpdateRecords call's idempotency answer). Handed to the write's
+/// body, never found through a task-local.
+struct WriteScope {
+    /// The writer's transaction (in cluster mode, a plan that is rolled back once its entries
+    /// are taken out).
+    let txn: Transaction
+    /// In cluster mode, the node-local changes of this write: written again, in the commit that
+    /// applies the write's batch from its shard's log.
+    let nodeLocal: NodeLocalChanges?
 
+    /// Writes a change only this node keeps: in the transaction (later writes of the same plan
+    /// see it) and, in cluster mode, into ``nodeLocal`` too.
+    func keepOnThisNode(_ db: Database, key: [UInt8], value: [UInt8]) throws {
+        try txn.put(db, key: key, value: value)
+        nodeLocal?.put(db, key: key, value: value)
+    }
+}
+
+/// The node-local changes of one cluster write (see ``WriteScope``).
+final class NodeLocalChanges: Sendable {
     private let puts = Mutex<[(Database, [UInt8], [UInt8])]>([])
     func put(_ db: Database, key: [UInt8], value: [UInt8]) { puts.withLock { $0.append((db, key, value)) } }
     var all: [(Database, [UInt8], [UInt8])] { puts.withLock { $0 } }

@@ -133,27 +133,13 @@ extension Ledger {
                 return try await updateRecordsThroughTrigger(stream, patches: patches, origin: origin, trigger: trigger, idempotency: idempotency)
             }
         }
-        return try await write(on: stream) { [self] txn in
-            if let idempotency, let stored = try self.storedUpdate(txn, idempotency) { return stored }
-            let (entry, view) = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in
-                var conflicts: [LedgerError.Conflict] = []
-                for patch in patches {
-                    let current = try view.record(patch.key)?.syncCount ?? 0
-                    if current != patch.syncCount {
-                        conflicts.append(.init(key: patch.key, expected: patch.syncCount, actual: current))
-                    }
-                }
-                if !conflicts.isEmpty {
-                    let list = conflicts.map { "\(quoted($0.key)) (sent sync count \($0.expected), current \($0.actual))" }.joined(separator: ", ")
-                    var error = LedgerError(.conflict, "records changed since the caller's sync count: \(list)", stream: stream)
-                    error.conflicts = conflicts
-                    throw error
-                }
-                return nil
-            }
-            let records = patches.map { Record(key: $0.key, state: view.changed[RecordKey($0.key)]!) }
-            let result = UpdateResult(records: records, syncCount: entry.offset)
-            if let idempotency { try self.storeUpdate(txn, idempotency, result, at: entry.time) }
+        let expected = Expectation.records(patches.map { .syncCount($0.key, $0.syncCount) })
+        return try await writeScoped(on: stream) { [self] scope in
+            if let idempotency, let stored = try self.storedUpdate(scope.txn, idempotency) { return stored }
+            let written = try self.appendUser(scope.txn, to: stream, origin: origin, change: change, expecting: expected)
+            let records = patches.map { Record(key: $0.key, state: written.view.changed[RecordKey($0.key)]!) }
+            let result = UpdateResult(records: records, syncCount: written.entry.offset)
+            if let idempotency { try self.storeUpdate(scope, idempotency, result, at: written.entry.time) }
             return result
         }
     }
@@ -191,15 +177,8 @@ extension Ledger {
         let change = try validateChange([.deleteDataset], for: stream)
         let origin = try ChangeOrigin(author: caller ?? stream.identity.rawValue)
         return try await write(on: stream) { [self] txn in
-            var before: DatasetState?
-            _ = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in
-                guard let meta = view.dataset, !meta.deleted else {
-                    throw LedgerError(.notFound, "dataset \(stream.dataset) does not exist", stream: stream)
-                }
-                before = meta
-                return nil
-            }
-            return DatasetDescription(stream: stream, state: before!)
+            let written = try self.appendUser(txn, to: stream, origin: origin, change: change, expecting: .datasetExists)
+            return DatasetDescription(stream: stream, state: written.view.original!)
         }
     }
 }

@@ -141,21 +141,14 @@ extension Ledger {
         let keys = events.compactMap(\.key)
         let name = trigger.name
         let touched = expected
-        return try await write { [self] txn in
+        // The caller's sync counts, and the records the hook read: changed since, they conflict.
+        let expectation = Expectation.records(patches.map { .syncCount($0.key, $0.syncCount) }
+            + touched.map { key, value in ExpectedRecord(key: key, syncCount: current[key]?.syncCount ?? 0, compare: .value(value)) })
+        return try await writeScoped(on: stream) { [self] scope in
+            let txn = scope.txn
             if let idempotency, let stored = try self.storedUpdate(txn, idempotency) { return stored }
-            let (entry, view) = try self.appendUser(txn, to: stream, origin: origin, change: change) { view in
-                var conflicts: [LedgerError.Conflict] = []
-                for patch in patches {
-                    let now = try view.record(patch.key)?.syncCount ?? 0
-                    if now != patch.syncCount { conflicts.append(.init(key: patch.key, expected: patch.syncCount, actual: now)) }
-                }
-                for (key, value) in touched {
-                    let now = try view.record(key)
-                    if now?.value != value { conflicts.append(.init(key: key, expected: current[key]?.syncCount ?? 0, actual: now?.syncCount ?? 0)) }
-                }
-                if !conflicts.isEmpty { throw Self.conflictError(conflicts, stream: stream) }
-                return nil
-            }
+            let written = try self.appendUser(txn, to: stream, origin: origin, change: change, expecting: expectation)
+            let (entry, view) = (written.entry, written.view)
             var record = audit
             record["hook"] = name
             record["offset"] = "\(entry.offset)"
@@ -166,7 +159,7 @@ extension Ledger {
                 return current[key].map { Record(key: key, state: $0) }
             }
             let answer = UpdateResult(records: result, syncCount: entry.offset)
-            if let idempotency { try self.storeUpdate(txn, idempotency, answer, at: entry.time) }
+            if let idempotency { try self.storeUpdate(scope, idempotency, answer, at: entry.time) }
             return answer
         }
     }
@@ -179,13 +172,6 @@ extension Ledger {
         try await appendSystem(Self.triggerAuditStream(stream), author: caller) { _ in
             [.put(key: Self.triggerAuditKey(stream), value: value, deviceModified: nil)]
         }
-    }
-
-    static func conflictError(_ conflicts: [LedgerError.Conflict], stream: StreamName) -> LedgerError {
-        let list = conflicts.map { "\(quoted($0.key)) (sent sync count \($0.expected), current \($0.actual))" }.joined(separator: ", ")
-        var error = LedgerError(.conflict, "records changed since the caller's sync count: \(list)", stream: stream)
-        error.conflicts = conflicts
-        return error
     }
 
     /// The latest SyncTrigger invocation recorded for a dataset: hook, outcome, what it changed.

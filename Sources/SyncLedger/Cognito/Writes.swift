@@ -87,60 +87,84 @@ extension Ledger {
     }
 
     /// Appends a validated change to a user's dataset inside the writer's transaction: the one
-    /// way into a user's stream. Adds the rules that need the stored state — datasets per
-    /// identity, dataset names per identity, bytes, records and removed-record markers per
-    /// dataset — and stamps the entry with the server's time and the caller's origin.
+    /// way into a user's stream. The rules run in this order, each a plain step on the state the
+    /// write sees (LMDB plus what earlier writes of the same transaction — a group commit, or a
+    /// cluster batch being planned — appended):
     ///
-    /// - Parameter check: sees the view before the entry (conflicts, existence); it may return
-    ///   a subset of the change's events to write instead (an offline merge's partial mode).
-    /// - Throws: `.limitExceeded`, or what `check` throws; nothing is written then.
+    /// 1. what the caller expects of the records (`expecting`: sync counts, values, existence);
+    /// 2. a dataset delete needs a live dataset at that point of the entry;
+    /// 3. a new dataset name, or a dataset brought back, passes the identity's dataset limits
+    ///    (unless `admission` is `.merge`);
+    /// 4. the entry is sealed and applied (server time, the caller's origin);
+    /// 5. the dataset's limits on the state after it: bytes, records, removed-record markers —
+    ///    a limit refuses only growth beyond it, so a dataset over a lowered limit can shrink;
+    /// 6. the entry and its views are stored.
+    ///
+    /// - Throws: `.conflict`, `.notFound`, `.limitExceeded`; nothing is written then.
     /// - Parameter admission: `.merge` admits a new dataset past the identity's dataset limits
     ///   (an identity merge brings the source's datasets over whatever the count; they count
     ///   toward the limits afterwards, as in Cognito). Every other rule applies.
+    @discardableResult
     func appendUser(_ txn: Transaction, to stream: StreamName, origin: ChangeOrigin, change: UserChange, admission: Admission = .normal,
-                    check: (StoredDatasetView) throws -> [Event]? = { _ in nil }) throws -> (entry: LogEntry, view: StoredDatasetView) {
+                    expecting expectation: Expectation = .nothing) throws -> UserAppend {
         precondition(change.stream == stream, "a change is appended to the stream it was checked for")
+        var draft = try openEntry(txn, on: stream)
+        let (events, skipped) = try expectation.check(change.events, on: draft.view, stream: stream)
+        try requireLiveDatasetForDeletes(events, draft.view, stream: stream)
+        if admission == .normal { try checkIdentityLimits(txn, events, draft.view, stream: stream) }
+        try seal(&draft, txn, author: origin.author, device: origin.device, events: events)
+        try checkDatasetLimits(draft.view, stream: stream)
+        let entry = try store(txn, draft)
+        return UserAppend(entry: entry, view: draft.view, events: events, skipped: skipped)
+    }
+
+    /// Rule 2 of ``appendUser(_:to:origin:change:admission:expecting:)``: a dataset delete needs
+    /// a dataset to delete, at that point of the entry.
+    private func requireLiveDatasetForDeletes(_ events: [Event], _ view: StoredDatasetView, stream: StreamName) throws(LedgerError) {
+        var live = view.dataset.map { !$0.deleted } ?? false
+        for event in events {
+            if event.key != nil {
+                live = true
+            } else {
+                guard live else { throw LedgerError(.notFound, "dataset \(stream.dataset) does not exist, so it cannot be deleted", stream: stream) }
+                live = false
+            }
+        }
+    }
+
+    /// Rule 3: a new dataset name, or a dataset brought back to life, counts toward the
+    /// identity's live datasets and dataset names.
+    private func checkIdentityLimits(_ txn: Transaction, _ events: [Event], _ view: StoredDatasetView, stream: StreamName) throws {
+        let wasLive = view.dataset.map { !$0.deleted } ?? false
+        guard view.dataset == nil || (!wasLive && events.contains(where: { $0.key != nil })) else { return }
         let limits = options.limits
-        var events = change.events
-        return try append(txn, to: stream, author: origin.author, device: origin.device, events: [], check: { view in
-            if let subset = try check(view) { events = subset }
-            // A dataset delete needs a dataset to delete, at that point of the entry.
-            var live = view.dataset.map { !$0.deleted } ?? false
-            for event in events {
-                if event.key != nil {
-                    live = true
-                } else {
-                    guard live else { throw LedgerError(.notFound, "dataset \(stream.dataset) does not exist, so it cannot be deleted", stream: stream) }
-                    live = false
-                }
-            }
-            // A new dataset name, or a dataset brought back to life: the identity's counts apply.
-            let wasLive = view.dataset.map { !$0.deleted } ?? false
-            guard admission == .normal, view.dataset == nil || (!wasLive && events.contains(where: { $0.key != nil })) else { return }
-            let (liveCount, names) = try datasetCounts(txn, pool: stream.pool, identity: stream.identity)
-            if liveCount >= limits.maxDatasetsPerIdentity {
-                throw LedgerError(.limitExceeded, "identity \(stream.identity) already has \(liveCount) datasets; the limit is \(limits.maxDatasetsPerIdentity)", stream: stream)
-            }
-            if view.dataset == nil, names >= limits.maxDatasetNamesPerIdentity {
-                throw LedgerError(.limitExceeded, "identity \(stream.identity) has used \(names) dataset names (deleted ones included); the limit is \(limits.maxDatasetNamesPerIdentity)", stream: stream)
-            }
-        }, validate: { view in
-            // A limit refuses only growth beyond it, so a dataset over a lowered limit can shrink.
-            let meta = view.dataset!
-            let before = view.original
-            if meta.bytes > limits.maxDatasetBytes, meta.bytes > before?.bytes ?? 0 {
-                throw LedgerError(.limitExceeded, "the dataset would hold \(meta.bytes) bytes; the limit is \(limits.maxDatasetBytes)", stream: stream)
-            }
-            if meta.recordCount > limits.maxRecordsPerDataset, meta.recordCount > before?.recordCount ?? 0 {
-                throw LedgerError(.limitExceeded, "the dataset would hold \(meta.recordCount) records; the limit is \(limits.maxRecordsPerDataset)", stream: stream)
-            }
-            if meta.tombstones > limits.maxTombstonesPerDataset, meta.tombstones > before?.tombstones ?? 0 {
-                throw LedgerError(.limitExceeded, "the dataset would keep \(meta.tombstones) removed-record markers; the limit is \(limits.maxTombstonesPerDataset) (deleting the dataset clears them)", stream: stream)
-            }
-            if meta.tombstoneBytes > limits.maxTombstoneBytesPerDataset, meta.tombstoneBytes > before?.tombstoneBytes ?? 0 {
-                throw LedgerError(.limitExceeded, "the dataset's removed-record markers would hold \(meta.tombstoneBytes) bytes of keys; the limit is \(limits.maxTombstoneBytesPerDataset) (deleting the dataset clears them)", stream: stream)
-            }
-        }, events: { events })
+        let (liveCount, names) = try datasetCounts(txn, pool: stream.pool, identity: stream.identity)
+        if liveCount >= limits.maxDatasetsPerIdentity {
+            throw LedgerError(.limitExceeded, "identity \(stream.identity) already has \(liveCount) datasets; the limit is \(limits.maxDatasetsPerIdentity)", stream: stream)
+        }
+        if view.dataset == nil, names >= limits.maxDatasetNamesPerIdentity {
+            throw LedgerError(.limitExceeded, "identity \(stream.identity) has used \(names) dataset names (deleted ones included); the limit is \(limits.maxDatasetNamesPerIdentity)", stream: stream)
+        }
+    }
+
+    /// Rule 5: the dataset's limits on the state after the entry. A limit refuses only growth
+    /// beyond it, so a dataset over a lowered limit can shrink.
+    private func checkDatasetLimits(_ view: StoredDatasetView, stream: StreamName) throws(LedgerError) {
+        let limits = options.limits
+        let meta = view.dataset!
+        let before = view.original
+        if meta.bytes > limits.maxDatasetBytes, meta.bytes > before?.bytes ?? 0 {
+            throw LedgerError(.limitExceeded, "the dataset would hold \(meta.bytes) bytes; the limit is \(limits.maxDatasetBytes)", stream: stream)
+        }
+        if meta.recordCount > limits.maxRecordsPerDataset, meta.recordCount > before?.recordCount ?? 0 {
+            throw LedgerError(.limitExceeded, "the dataset would hold \(meta.recordCount) records; the limit is \(limits.maxRecordsPerDataset)", stream: stream)
+        }
+        if meta.tombstones > limits.maxTombstonesPerDataset, meta.tombstones > before?.tombstones ?? 0 {
+            throw LedgerError(.limitExceeded, "the dataset would keep \(meta.tombstones) removed-record markers; the limit is \(limits.maxTombstonesPerDataset) (deleting the dataset clears them)", stream: stream)
+        }
+        if meta.tombstoneBytes > limits.maxTombstoneBytesPerDataset, meta.tombstoneBytes > before?.tombstoneBytes ?? 0 {
+            throw LedgerError(.limitExceeded, "the dataset's removed-record markers would hold \(meta.tombstoneBytes) bytes of keys; the limit is \(limits.maxTombstoneBytesPerDataset) (deleting the dataset clears them)", stream: stream)
+        }
     }
 
     /// Which identity-wide limits a new dataset must pass.

@@ -81,13 +81,12 @@ extension Ledger {
         let stream = Self.identitiesStream(pool)
         try await write { [self] txn in
             // The identity and its index entry in one transaction.
-            _ = try self.append(txn, to: stream, author: "cognito-identity", events: [.put(key: "identity/\(record.id)", value: Self.json(record), deviceModified: nil)],
-                                check: { view in
-                let count = view.dataset?.recordCount ?? 0
-                guard count < UInt64(limit) else {
-                    throw LedgerError(.limitExceeded, "identity pool \(pool) has \(count) identities; the limit is \(limit)")
-                }
-            })
+            var draft = try self.openEntry(txn, on: stream)
+            let count = draft.view.dataset?.recordCount ?? 0
+            guard count < UInt64(limit) else {
+                throw LedgerError(.limitExceeded, "identity pool \(pool) has \(count) identities; the limit is \(limit)")
+            }
+            try self.append(txn, &draft, author: "cognito-identity", events: [.put(key: "identity/\(record.id)", value: Self.json(record), deviceModified: nil)])
             _ = try self.append(txn, to: Self.identityIndexStream, author: "cognito-identity", events: [.put(key: record.id, value: pool.rawValue, deviceModified: nil)])
         }
         return record

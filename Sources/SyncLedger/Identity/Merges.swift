@@ -139,8 +139,8 @@ extension Ledger {
                 edit.set(Self.pendingCopyPrefix + destination + "/" + child.rawValue, Self.json(pending))
                 childDeletes = existing?.lastDeleteSyncCount ?? 0  // a put leaves it as it is
             } else {
-                let (_, written) = try appendUser(txn, to: target, origin: try ChangeOrigin(author: author), change: change, admission: .merge)
-                childDeletes = written.dataset?.lastDeleteSyncCount ?? 0
+                let written = try appendUser(txn, to: target, origin: try ChangeOrigin(author: author), change: change, admission: .merge)
+                childDeletes = written.view.dataset?.lastDeleteSyncCount ?? 0
             }
             let record = MergedDataset(root: root, child: child.rawValue, sourceIdentity: source, sourceDataset: root, sourceSyncCount: sourceHead.offset,
                                        rootDeletes: rootMeta?.lastDeleteSyncCount ?? 0, childDeletes: childDeletes, merged: now)

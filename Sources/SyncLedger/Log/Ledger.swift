@@ -237,116 +237,19 @@ public final class Ledger: Sendable {
         }
     }
 
-    // MARK: - Appending
-
-    /// Appends one entry to `stream` inside `txn` and applies it to the views.
-    ///
-    /// `check` sees the view before the entry (conflicts, the dataset count); `validate` sees it
-    /// after `apply` (size limits). Either may throw; nothing is stored until both passed. The
-    /// entry's time is the clock's, but never earlier than the stream's previous entry, so time
-    /// only moves forward in a stream (a clock step back does not backdate an entry).
-    ///
-    /// User datasets are appended through ``appendUser(_:to:origin:change:check:)``, which adds
-    /// Cognito's rules; this is for that and for SyncLedger's own system streams.
-    func append(
-        _ txn: Transaction, to stream: StreamName, author: String, device: String? = nil, events fixedEvents: [Event],
-        check: (StoredDatasetView) throws -> Void = { _ in },
-        validate: (StoredDatasetView) throws -> Void = { _ in },
-        events decide: (() -> [Event])? = nil,
-        message: KnownMessage? = nil
-    ) throws -> (entry: LogEntry, view: StoredDatasetView) {
-        let existing = try head(txn, stream)
-        let id = try existing?.id ?? nextStreamID(txn)
-        var view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: id)
-        try check(view)
-        // `decide`, when given, picks the events after `check` looked at the view.
-        let events = decide?() ?? fixedEvents
-        let sequence = try nextSequence(txn)
-        let offset = (existing?.offset ?? 0) + 1
-        let now = options.clock()
-        let time = view.dataset.map { max(now, $0.lastModified) } ?? now
-        let (body, canonical) = LogEntry.encodeStoredBody(offset: offset, time: time, author: author, device: device, events: events)
-        let hash = LogEntry.chainHash(previous: existing?.hash ?? LogEntry.genesisHash, stream: stream, canonical: canonical[...])
-        let entry = LogEntry(stream: stream, offset: offset, sequence: sequence, time: time, author: author, device: device, events: events, hash: hash)
-        try apply(entry, to: &view)
-        try validate(view)
-
-        try store(txn, entry, body: body, streamID: id, newStream: existing == nil, view: view, message: message)
-        return (entry, view)
-    }
-
-    /// A stream id for a stream seen for the first time.
-    func nextStreamID(_ txn: Transaction) throws -> UInt64 {
-        try (txn.withCursor(schema.streamNames) { try $0.last() }?.key.bigEndianUInt64() ?? 0) + 1
-    }
-
-    /// The commit sequence of the next entry.
-    func nextSequence(_ txn: Transaction) throws -> UInt64 {
-        try (txn.withCursor(schema.log) { try $0.last() }?.key.bigEndianUInt64() ?? 0) + 1
-    }
-
-    /// Writes an entry whose view changes `view` holds: the log (an append), the index, the
-    /// stream head (and name, for a new stream) and the views. Every append goes through here,
-    /// or — a merge writing several entries of a stream — through its two halves.
-    func store(_ txn: Transaction, _ entry: LogEntry, body: [UInt8], streamID id: UInt64, newStream: Bool, view: StoredDatasetView, message: KnownMessage? = nil) throws {
-        try storeLog(txn, entry, body: body[...], streamID: id, message: message)
-        try storeHead(txn, entry, streamID: id, newStream: newStream, view: view)
-    }
-
-    /// The log append and the index entry of `entry`.
-    func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64, message: KnownMessage? = nil) throws {
-        var buffers = AppendBuffers()
-        try storeLog(txn, entry, body: body, streamID: id, buffers: &buffers, message: message)
-    }
-
-    /// Keys and values of log appends, kept across the appends of one merge so that writing an
-    /// entry allocates nothing once they have grown (LMDB copies what it is given).
-    struct AppendBuffers {
-        var sequence = ByteWriter(capacity: 8)
-        var value = ByteWriter(capacity: 512)
-        var index = ByteWriter(capacity: 16)
-    }
-
-    /// ``storeLog(_:_:body:streamID:)`` through reused buffers.
-    func storeLog(_ txn: Transaction, _ entry: LogEntry, body: ArraySlice<UInt8>, streamID id: UInt64, buffers: inout AppendBuffers,
-                  message: KnownMessage? = nil) throws {
-        buffers.sequence.bytes.removeAll(keepingCapacity: true)
-        buffers.sequence.fixed64(entry.sequence)
-        buffers.value.bytes.removeAll(keepingCapacity: true)
-        buffers.value.fixed64(id)
-        buffers.value.raw(entry.hash)
-        buffers.value.bytes.append(contentsOf: body)
-        buffers.index.bytes.removeAll(keepingCapacity: true)
-        buffers.index.fixed64(id)
-        buffers.index.fixed64(entry.offset)
-        try txn.put(schema.log, key: buffers.sequence.bytes, value: buffers.value.bytes, flags: .append)
-        try txn.put(schema.index, key: buffers.index.bytes, value: buffers.sequence.bytes)
-        if entry.stream.dataset == DatasetName.messages { try indexMessage(txn, entry, streamID: id, known: message) }
-        // A redaction's record erases what it names, wherever it is stored (a follower too).
-        if Self.holdsRedactions(entry.stream) { try storeRedaction(txn, entry) }
-        // A merge's copies on a cluster: the list of those this replica has yet to see made.
-        if entry.stream.dataset == DatasetName.merges || (entry.stream.identity == Self.systemIdentity && entry.stream.dataset.rawValue == "identities") {
-            try notePendingCopies(txn, entry)
-        }
-    }
-
-    /// The stream head after `entry` (its last stored entry), the name of a new stream, and the
-    /// view changes `view` collected.
-    func storeHead(_ txn: Transaction, _ entry: LogEntry, streamID id: UInt64, newStream: Bool, view: StoredDatasetView) throws {
-        try txn.put(schema.streams, key: entry.stream.key, value: StreamHead(id: id, offset: entry.offset, hash: entry.hash).encoded())
-        if newStream {
-            try txn.put(schema.streamNames, key: .bigEndian(id), value: entry.stream.key)
-        }
-        try view.flush()
-    }
-
     /// Runs `body` on the writer as one caller of a group commit. In cluster mode (see
     /// ``bindCluster(_:)``), entries it appends reach this ledger only through their shard's log.
     /// `stream`: a stream the write appends to, when the caller knows it (in cluster mode its
     /// shard is then known before the write is planned).
     func write<T: Sendable>(on stream: StreamName? = nil, _ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        try await writeScoped(on: stream) { scope in try body(scope.txn) }
+    }
+
+    /// ``write(on:_:)`` for a write that also keeps something only on this node (an
+    /// idempotency answer): `body` gets the transaction and where such changes go.
+    func writeScoped<T: Sendable>(on stream: StreamName? = nil, _ body: @escaping @Sendable (WriteScope) throws -> T) async throws -> T {
         if let log = cluster.current { return try await clusterWrite(log, on: stream, body) }
-        return try await writer.perform(body)
+        return try await writer.perform { txn in try body(WriteScope(txn: txn, nodeLocal: nil)) }
     }
 
     /// Runs `body` on the writer, committed here alone even in cluster mode: for what arrives

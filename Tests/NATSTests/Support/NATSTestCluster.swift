@@ -18,6 +18,10 @@ final class NATSTestCluster {
     /// Starts the cluster and waits (bounded) until every server accepts connections and the
     /// JetStream meta group has a leader (`$JS.API.INFO` answers without error).
     static func start(size: Int = 3, clusterName: String = "testc") async throws -> NATSTestCluster {
+        try await retryingTakenPorts { try await startOnce(size: size, clusterName: clusterName) }
+    }
+
+    private static func startOnce(size: Int, clusterName: String) async throws -> NATSTestCluster {
         let dir = try NATSServerProcess.makeTempDirectory()
         let clientPorts = try (0..<size).map { _ in try TestNetwork.freePort() }
         let routePorts = try (0..<size).map { _ in try TestNetwork.freePort() }
@@ -41,7 +45,7 @@ final class NATSTestCluster {
                   routes: [\(routes.joined(separator: ", "))]
                 }
                 """
-            servers.append(try await NATSServerProcess.start(config: config, port: clientPorts[i], name: name, directory: dir))
+            servers.append(try await NATSServerProcess.start(config: config, port: clientPorts[i], name: name, directory: dir, logFile: "\(name).log"))
         }
         cluster.servers = servers
         for s in servers { try await s.waitForPort() }

@@ -74,17 +74,19 @@ struct TestPKI {
 extension NATSServerProcess {
     /// Starts a server on a free port from a config `body` (everything but `listen` and the log).
     static func start(configBody body: String) async throws -> NATSServerProcess {
-        let dir = try makeTempDirectory()
-        let port = try TestNetwork.freePort()
-        let name = "s\(port)"
-        let config = """
-            listen: 127.0.0.1:\(port)
-            server_name: \(name)
-            log_file: "\(dir.appendingPathComponent("server.log").path)"
-            \(body)
-            """
-        let server = try await start(config: config, port: port, name: name, directory: dir, ownsDirectory: true)
-        try await server.waitForPort()
-        return server
+        try await retryingTakenPorts {
+            let dir = try makeTempDirectory()
+            let port = try TestNetwork.freePort()
+            let name = "s\(port)"
+            let config = """
+                listen: 127.0.0.1:\(port)
+                server_name: \(name)
+                log_file: "\(dir.appendingPathComponent("server.log").path)"
+                \(body)
+                """
+            let server = try await start(config: config, port: port, name: name, directory: dir, ownsDirectory: true)
+            try await server.waitForPort()
+            return server
+        }
     }
 }
