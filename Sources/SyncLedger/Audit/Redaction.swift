@@ -182,7 +182,7 @@ extension Ledger {
         if let key, key.isEmpty { throw LedgerError(.invalidParameter, "the key to redact is empty") }
         let origin = try ChangeOrigin(author: author)
         let now = options.clock()
-        return try await write { [self] txn in
+        return try await write(on: Self.redactionsStream(pool, identity)) { [self] txn in
             let streams = try self.redactionScope(txn, pool: pool, identity: identity, dataset: dataset)
             guard !streams.isEmpty else {
                 let what = dataset.map { "dataset \($0) of identity \(identity)" } ?? "identity \(identity)"

@@ -79,7 +79,7 @@ extension Ledger {
         _ = try IdentityID(record.id)
         let limit = options.limits.maxIdentitiesPerPool
         let stream = Self.identitiesStream(pool)
-        try await write { [self] txn in
+        try await write(on: stream) { [self] txn in
             // The identity and its index entry in one transaction.
             var draft = try self.openEntry(txn, on: stream)
             let count = draft.view.dataset?.recordCount ?? 0
@@ -164,7 +164,7 @@ extension Ledger {
     /// - Returns: the ids that were not found.
     public func deleteIdentities(pool: IdentityPoolID, ids: [String], caller: String) async throws -> [String] {
         let stream = Self.identitiesStream(pool)
-        return try await write { [self] txn in
+        return try await write(on: stream) { [self] txn in
             let view = try StoredDatasetView(txn: txn, schema: self.schema, stream: stream, streamID: try self.head(txn, stream)?.id ?? 0)
             var removed: [String] = []
             var gone: [String] = []

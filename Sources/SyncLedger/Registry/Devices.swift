@@ -59,7 +59,7 @@ extension Ledger {
     /// write transaction, and appends what it returns: the one way the registry changes.
     func changeRegistry<T: Sendable>(_ pool: IdentityPoolID, author: String,
                                      _ body: @escaping @Sendable (RegistryChange) throws -> T) async throws -> T {
-        try await write { [self] txn in
+        try await write(on: Self.devicesStream(pool)) { [self] txn in
             let change = try RegistryChange(ledger: self, txn: txn, pool: pool)
             let result = try body(change)
             if !change.deviceEvents.isEmpty {

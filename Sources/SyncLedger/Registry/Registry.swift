@@ -109,7 +109,7 @@ extension Ledger {
     /// Appends `events` to a system stream; `check` sees its view first.
     func appendSystem(_ stream: StreamName, author: String, events: @escaping @Sendable (StoredDatasetView) throws -> [Event]) async throws {
         defer { if stream.dataset.rawValue == "configuration" { dictionaries.configurationChanged() } }
-        try await write { [self] txn in
+        try await write(on: stream) { [self] txn in
             let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: try head(txn, stream)?.id ?? 0)
             let list = try events(view)
             guard !list.isEmpty else { return }

@@ -84,7 +84,7 @@ extension Ledger {
         }
         // The last intent per key, as one change (none when the device only deleted the dataset).
         let collapsed = order.isEmpty ? nil : try validateChange(order.map { final[$0]! }, for: stream)
-        return try await write { [self, order, changes, deletes] txn in
+        return try await write(on: stream) { [self, order, changes, deletes] txn in
             let head = try self.head(txn, stream)
             if (head?.offset ?? 0) == base, (head?.hash ?? LogEntry.genesisHash) == segment.previousHash {
                 var report = OfflineMergeReport()

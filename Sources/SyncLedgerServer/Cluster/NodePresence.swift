@@ -56,9 +56,24 @@ final class NodePresence: Sendable {
     /// Whether this node answers probes now (announced in its record).
     var answers: Bool { answering.load(ordering: .acquiring) }
 
-    /// Answers probes on this node's subject until cancelled. A subscription the servers refuse
-    /// (the user may not subscribe there) is logged once; the node then relies on leases alone.
+    /// Answers probes on this node's subject until cancelled: subscribes again (after a short
+    /// pause, growing to 2 s) whenever its subscription ends — the connection closed and opened
+    /// again, or the servers refused it.
     func serve() async {
+        var pause = Duration.milliseconds(100)
+        while !Task.isCancelled {
+            let started = ContinuousClock.now
+            await serveOnce()
+            if Task.isCancelled { return }
+            // A subscription that lasted a while was healthy: start the pauses afresh.
+            pause = ContinuousClock.now - started > .seconds(10) ? .milliseconds(100) : min(pause * 2, .seconds(2))
+            try? await Task.sleep(for: pause)
+        }
+    }
+
+    /// One subscription's life of ``serve()``. A subscription the servers refuse (the user may
+    /// not subscribe there) is logged; the node then relies on leases alone until it answers.
+    private func serveOnce() async {
         let subject = Self.subject(nodeID)
         do {
             let subscription = try await client.subscribe(subject)
@@ -117,7 +132,9 @@ final class NodePresence: Sendable {
                 }
                 if turnedGone { newlyGone.append(node) }
             } catch {
-                // A timeout or a lost connection says nothing about the other node.
+                // A timeout or a lost connection says nothing about the other node. (A timeout
+                // does not restart its silence either: on a loaded machine the "no responders"
+                // answer itself can come late, and a dead node would then never be judged.)
             }
         }
         return newlyGone
