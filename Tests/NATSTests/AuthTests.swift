@@ -45,7 +45,7 @@ func roundTrip(_ client: NATSClient, subject: String = "auth.check") async throw
 struct AuthTests {
     @Test func userAndPassword() async throws {
         let server = try await NATSServerProcess.start(configBody: """
-            authorization { users: [ { user: alice, password: "s3cret-Pass" } ] }
+            authorization { timeout: 10, users: [ { user: alice, password: "s3cret-Pass" } ] }
             """)
         let client = try await connect([server.url], auth: .userPassword(user: "alice", password: "s3cret-Pass"))
         #expect(await client.serverInfo?.authRequired == true)
@@ -63,7 +63,7 @@ struct AuthTests {
     }
 
     @Test func token() async throws {
-        let server = try await NATSServerProcess.start(configBody: #"authorization { token: "t0ken-abc" }"#)
+        let server = try await NATSServerProcess.start(configBody: #"authorization { timeout: 10, token: "t0ken-abc" }"#)
         let client = try await connect([server.url], auth: .token("t0ken-abc"))
         try await roundTrip(client)
         await client.close()
@@ -77,7 +77,7 @@ struct AuthTests {
         #expect(user.seedText.hasPrefix("SU") && user.seedText.count == 58)
         #expect(try NKeyPair(seed: user.seedText + "\n") == user)
         let server = try await NATSServerProcess.start(configBody: """
-            authorization { users: [ { nkey: \(user.publicKey) } ] }
+            authorization { timeout: 10, users: [ { nkey: \(user.publicKey) } ] }
             """)
         let client = try await connect([server.url], auth: .nkey(try NKeyPair(seed: user.seedText)))
         try await roundTrip(client)
@@ -119,7 +119,7 @@ struct AuthTests {
     @Test func reconnectionAuthenticatesAgain() async throws {
         let user = NKeyPair.generateUser()
         let server = try await NATSServerProcess.start(configBody: """
-            authorization { users: [ { nkey: \(user.publicKey) } ] }
+            authorization { timeout: 10, users: [ { nkey: \(user.publicKey) } ] }
             """)
         let client = try await connect([server.url], auth: .nkey(user))
         let events = client.events
@@ -139,7 +139,7 @@ struct AuthTests {
 
     @Test func subjectPermissionsAreEnforcedByTheServer() async throws {
         let server = try await NATSServerProcess.start(configBody: """
-            authorization { users: [
+            authorization { timeout: 10, users: [
               { user: writer, password: w, permissions: { publish: { allow: ["allowed.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
               { user: reader, password: r }
             ] }

@@ -30,10 +30,11 @@ class WriteLoad:
     """`writers` threads, each writing key `k` of its own identity's dataset `d` with values
     `w<i>-<n>` through a random live node; an acknowledgement is (time, sync count, value)."""
 
-    def __init__(self, bed, writers=6, pool=None):
+    def __init__(self, bed, writers=6, pool=None, identities=None):
         self.bed = bed
         self.pool = pool or new_id()
-        self.identities = [new_id() for _ in range(writers)]
+        self.identities = list(identities) if identities else [new_id() for _ in range(writers)]
+        writers = len(self.identities)
         self.acked = {identity: [] for identity in self.identities}
         self.failures = {}
         self.stopping = threading.Event()
@@ -109,6 +110,16 @@ class WriteLoad:
         with self.lock:
             times = [done for i in identities for (sent, done, _, _) in self.acked[i] if sent > instant]
         return min(times) if times else None
+
+
+def identities_on(pool, shard, shards, count):
+    """`count` fresh identity ids of `pool` that fall on `shard`."""
+    found = []
+    while len(found) < count:
+        identity = new_id()
+        if shard_of(pool, identity, shards) == shard:
+            found.append(identity)
+    return found
 
 
 def stream_entries(data_dir, pool, identity, dataset="d"):

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from conftest import BINARY, new_id
 from cluster_env import running_bed
-from cluster_load import WriteLoad, check_acknowledged, shard_of, stream_entries
+from cluster_load import WriteLoad, check_acknowledged, identities_on, shard_of, stream_entries
 
 SHARDS = 4
 LEASE = 2
@@ -69,6 +69,33 @@ def test_kill_9_of_a_shard_owner_under_load_loses_no_acknowledged_write(bed):
         print(f"failover: first acknowledged write on shard {shard} {failover:.2f} s after its owner was killed")
         assert failover < 8 * LEASE
         load.wait_for(20)
+    settle_and_check(bed, load)
+
+
+def shard_messages(bed, node, shard):
+    """The last sequence of `shard`'s stream, as `node` reads it."""
+    return next(sh["LastSequence"] for sh in bed.status(node)["Shards"] if sh["Shard"] == shard)
+
+
+def test_an_owner_killed_with_batches_in_flight_loses_no_acknowledged_write(bed):
+    """Group commit per shard: 24 writers of one shard, through every node (forwarded to its
+    owner), travel several to a message of the shard's log; the owner is killed with batches on
+    their way. Every acknowledged write is on every replica at its sync count, and every replica
+    holds the same entries: a batch is applied whole or not at all."""
+    bed.wait_balanced(timeout=120)
+    shard = 3
+    pool = new_id()
+    with WriteLoad(bed, pool=pool, identities=identities_on(pool, shard, SHARDS, 24)) as load:
+        load.wait_for(30)
+        owner = bed.wait_owner(shard)
+        first, acked = shard_messages(bed, owner, shard), load.count()
+        load.wait_for(150)
+        messages, writes = shard_messages(bed, owner, shard) - first, load.count() - acked
+        print(f"batches: {writes} acknowledged writes of shard {shard} in {messages} messages of its log")
+        assert messages > 0 and writes / messages >= 1.5, f"writes did not travel together: {writes} writes, {messages} messages"
+        bed.kill(bed.index_of(owner))
+        load.wait_for(40)
+        assert bed.wait_owner(shard) is not owner
     settle_and_check(bed, load)
 
 
