@@ -19,7 +19,7 @@ import boto3
 from botocore.config import Config
 
 REGION = "us-east-1"
-POOL = "us-east-1:signed-bench"
+POOL = "us-east-1:5196e0b0-0000-4000-8000-00000000be0c"
 IDENTITY = "us-east-1:00000000-0000-4000-8000-000000000001"
 DATASET = "bench"
 

@@ -77,7 +77,7 @@ struct Authenticator: Sendable {
 
     /// `AKID/yyyyMMdd/region/service/aws4_request`.
     private func parseCredential(_ text: String) throws -> (String, String, String) {
-        let parts = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let parts = text.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map { String(Substring($0)) }
         guard parts.count == 5, parts[4] == "aws4_request", !parts[0].isEmpty else {
             throw WireError.notAuthorized("malformed credential scope \"\(text.prefix(200))\"")
         }

@@ -6,13 +6,21 @@ import SyncLedger
 extension CognitoAPI {
     // MARK: Records
 
+    /// Datasets up to this many bytes are read on the request's own task rather than on the
+    /// blocking pool (``offPool(_:)``): at most this much is decoded and written out before the
+    /// task yields its thread.
+    static let inlineReadBytes: UInt64 = 64 * 1024
+
     func listRecords(_ route: Route, _ query: [(String, String)]) async throws -> WireResponse {
         let s = try stream(route)
         let after = try queryInt(query, "lastSyncCount", range: 0...Int64.max) ?? 0
         let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 1024)
         let (next, session) = (queryValue(query, "nextToken"), queryValue(query, "syncSessionToken"))
         let ledger = self.ledger
-        var page = try await offPool { try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
+        let read = { @Sendable in try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
+        // A small dataset is read where the request runs (a few µs); handing it to the blocking
+        // pool and back would cost more than the read. A large one goes there.
+        var page = try ledger.datasetBytes(s) <= Self.inlineReadBytes ? try read() : try await offPool(read)
         // A cluster node answers from its replica once the replica has what the caller has seen:
         // a caller ahead of it (it wrote through another node) waits for the shard's log, or goes
         // to the shard's owner.

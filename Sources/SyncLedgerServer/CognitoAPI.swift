@@ -56,7 +56,7 @@ struct CognitoAPI: Sendable {
     /// request id; its cause goes to the server's log under that id.
     /// Returns the response, the operation name and the identity involved (for logs/metrics).
     func handle(_ request: WireRequest) async -> (WireResponse, String, String?) {
-        let requestID = UUID().uuidString.lowercased()
+        let requestID = RequestID.make()
         var operation = "Unknown"
         var identity: String?
         var requestShard: Int?

@@ -15,6 +15,16 @@ extension Ledger {
         }
     }
 
+    /// The bytes of keys and values `stream`'s dataset holds now, removed records' keys included
+    /// (0 when it has none): a bound on what reading it costs, for a caller choosing where to
+    /// run the read. One read of the dataset's metadata.
+    public func datasetBytes(_ stream: StreamName) throws -> UInt64 {
+        try read { txn in
+            guard let head = try head(txn, stream), let meta = try dataset(txn, id: head.id, stream: stream) else { return 0 }
+            return meta.bytes + meta.tombstoneBytes
+        }
+    }
+
     /// The identity's datasets that exist, by name, paged.
     public func listDatasets(pool: IdentityPoolID, identity: IdentityID, maxResults: Int = 20, nextToken: String? = nil) throws -> DatasetsPage {
         try Self.requireUserIdentity(identity)

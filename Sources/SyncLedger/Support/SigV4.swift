@@ -45,14 +45,30 @@ public enum SigV4 {
 
     /// Decodes `%XX` escapes (a `+` stays a `+`). Nil for a malformed escape or invalid UTF-8.
     public static func percentDecode(_ text: some StringProtocol) -> String? {
+        // Nothing escaped (most names and many values): the text as it is.
+        if !text.utf8.contains(UInt8(ascii: "%")) { return String(text) }
+        return percentDecode(bytes: Array(text.utf8)[...])
+    }
+
+    /// ``percentDecode(_:)`` of UTF-8 bytes. Nil for a malformed escape or bytes that are not UTF-8.
+    static func percentDecode(bytes input: ArraySlice<UInt8>) -> String? {
         var out: [UInt8] = []
-        var bytes = Array(text.utf8)[...]
+        out.reserveCapacity(input.count)
+        var bytes = input
+        // A hex digit's value; nil for anything else (a sign too: "%+1" is malformed).
+        func hex(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 0x30...0x39: c - 0x30
+            case 0x41...0x46: c - 0x41 + 10
+            case 0x61...0x66: c - 0x61 + 10
+            default: nil
+            }
+        }
         while let b = bytes.popFirst() {
             if b == UInt8(ascii: "%") {
-                // Exactly two hex digits (UInt8(_:radix:) alone would take a sign: "%+1").
-                guard bytes.count >= 2, bytes.prefix(2).allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x66) }),
-                      let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) else { return nil }
-                out.append(v)
+                // Exactly two hex digits.
+                guard bytes.count >= 2, let high = hex(bytes[bytes.startIndex]), let low = hex(bytes[bytes.startIndex + 1]) else { return nil }
+                out.append(high << 4 | low)
                 bytes = bytes.dropFirst(2)
             } else {
                 out.append(b)
@@ -62,15 +78,26 @@ public enum SigV4 {
     }
 
     /// Parses a raw query string into decoded (name, value) pairs. Nil when malformed.
+    /// Split on the bytes `&` and `=` (as every HTTP client builds the query), not on Swift
+    /// characters: a character-wise split costs grapheme breaking over the whole query, and a
+    /// combining mark after `&` would hide the separator from it.
     public static func queryPairs(_ query: String?) -> [(String, String)]? {
         guard let query, !query.isEmpty else { return [] }
         var pairs: [(String, String)] = []
-        for part in query.split(separator: "&", omittingEmptySubsequences: true) {
-            let kv = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            guard let name = percentDecode(kv[0]), let value = percentDecode(kv.count > 1 ? kv[1] : "") else { return nil }
+        let bytes = Array(query.utf8)
+        for part in bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+            let eq = part.firstIndex(of: UInt8(ascii: "=")) ?? part.endIndex
+            let rawValue = eq < part.endIndex ? part[(eq + 1)...] : part[eq...]
+            guard let name = decodeComponent(part[..<eq]), let value = decodeComponent(rawValue) else { return nil }
             pairs.append((name, value))
         }
         return pairs
+    }
+
+    /// A query component's bytes, percent-decoded (copied as they are when nothing is escaped).
+    private static func decodeComponent(_ bytes: ArraySlice<UInt8>) -> String? {
+        guard bytes.contains(UInt8(ascii: "%")) else { return String(validating: bytes, as: UTF8.self) }
+        return percentDecode(bytes: bytes)
     }
 
     /// The canonical query string: pairs encoded, sorted by name then value.
@@ -174,9 +201,22 @@ public enum SigV4 {
         }
         guard let y = num(0..<4), let mo = num(4..<6), let d = num(6..<8), let h = num(9..<11), let mi = num(11..<13), let s = num(13..<15),
               (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, s < 61 else { return nil }
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        return calendar.date(from: DateComponents(year: y, month: mo, day: d, hour: h, minute: mi, second: s))
+        // The proleptic Gregorian day number, by arithmetic (Foundation's Calendar costs about as
+        // much as the rest of a signature check). A day past its month's end rolls into the next
+        // month, as Calendar's lenient date(from:) does.
+        let seconds = daysFromCivil(year: y, month: mo, day: d) * 86_400 + h * 3_600 + mi * 60 + s
+        return Date(timeIntervalSince1970: TimeInterval(seconds))
+    }
+
+    /// Days from 1970-01-01 to the given Gregorian date (negative before it); `day` may pass the
+    /// month's end. After H. Hinnant's `days_from_civil`.
+    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * ((month + 9) % 12) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
     }
 }
 

@@ -65,7 +65,7 @@ extension EventSocket {
 
     /// Answers a refused upgrade with the API's JSON error and closes the connection.
     static func refuse(_ http: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, _ error: WireError, logger: Logger) async {
-        let requestID = UUID().uuidString.lowercased()
+        let requestID = RequestID.make()
         let body = ByteBuffer(bytes: error.body)
         var fields: HTTPFields = [.contentType: "application/json", .contentLength: "\(body.readableBytes)", .connection: "close",
                                   .accessControlAllowOrigin: "*"]

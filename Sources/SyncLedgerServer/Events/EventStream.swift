@@ -22,7 +22,7 @@ enum EventStream {
     /// Answers `GET /events` (without an upgrade): the stream, or the API's JSON error.
     /// Returns the response and the identity it is for (for the request log).
     static func respond(_ request: Request, channel: any Channel, service: EventService) async -> (Response, identity: String?) {
-        let requestID = UUID().uuidString.lowercased()
+        let requestID = RequestID.make()
         var request = request
         if request.method == .options { return (preflight(requestID), nil) }
         do {

@@ -64,7 +64,7 @@ extension CognitoAPI {
         } catch {
             response = HistoryPage.refusal(WireError(any: error))
         }
-        response.headers.append(("x-amzn-RequestId", UUID().uuidString.lowercased()))
+        response.headers.append(("x-amzn-RequestId", RequestID.make()))
         return (response, "UI.Page", nil)
     }
 }
