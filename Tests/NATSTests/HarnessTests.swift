@@ -9,18 +9,9 @@ import Glibc
 @Suite struct HarnessTests {
     @Test func aServerWhosePortIsTakenIsReportedAsSuch() async throws {
         // Hold a port the way another process would.
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(fd >= 0)
+        let (fd, port) = try TestNetwork.boundSocket()
         defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        try #require(bound == 0 && listen(fd, 1) == 0)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        let port = Int(UInt16(bigEndian: addr.sin_port))
+        try #require(listen(fd, 1) == 0)
 
         let dir = try NATSServerProcess.makeTempDirectory()
         let config = """

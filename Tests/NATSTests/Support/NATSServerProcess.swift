@@ -81,9 +81,15 @@ enum NATSServerBinary {
 enum TestNetwork {
     /// A currently free loopback TCP port (bind to port 0, read it, close).
     static func freePort() throws -> Int {
+        let (fd, port) = try boundSocket()
+        close(fd)
+        return port
+    }
+
+    /// A TCP socket bound to a free loopback port, and that port; the caller closes it.
+    static func boundSocket() throws -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw HarnessError("socket() failed") }
-        defer { close(fd) }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = 0
@@ -92,11 +98,14 @@ enum TestNetwork {
         let bound = withUnsafeMutablePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
         }
-        guard bound == 0 else { throw HarnessError("bind() failed") }
+        guard bound == 0 else {
+            close(fd)
+            throw HarnessError("bind() failed")
+        }
         _ = withUnsafeMutablePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
         }
-        return Int(UInt16(bigEndian: addr.sin_port))
+        return (fd, Int(UInt16(bigEndian: addr.sin_port)))
     }
 
     /// True when something accepts TCP connections on 127.0.0.1:`port`.
