@@ -26,7 +26,7 @@ extension CognitoAPI {
         // to the shard's owner.
         if let cluster, UInt64(after) > page.datasetSyncCount {
             if try await cluster.catchUp(with: s, ledger: ledger, timeout: .seconds(2)) {
-                page = try await offPool { try ledger.listRecords(s, after: UInt64(after), maxResults: max, nextToken: next, sessionToken: session) }
+                page = try await offPool(read)
             } else {
                 let shard = cluster.shards.shard(of: s)
                 throw ShardOwnedElsewhere(shard: shard, owner: await cluster.owner(of: shard))

@@ -52,6 +52,7 @@ public enum SigV4 {
 
     /// ``percentDecode(_:)`` of UTF-8 bytes. Nil for a malformed escape or bytes that are not UTF-8.
     static func percentDecode(bytes input: ArraySlice<UInt8>) -> String? {
+        guard input.contains(UInt8(ascii: "%")) else { return String(validating: input, as: UTF8.self) }
         var out: [UInt8] = []
         out.reserveCapacity(input.count)
         var bytes = input
@@ -88,16 +89,10 @@ public enum SigV4 {
         for part in bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
             let eq = part.firstIndex(of: UInt8(ascii: "=")) ?? part.endIndex
             let rawValue = eq < part.endIndex ? part[(eq + 1)...] : part[eq...]
-            guard let name = decodeComponent(part[..<eq]), let value = decodeComponent(rawValue) else { return nil }
+            guard let name = percentDecode(bytes: part[..<eq]), let value = percentDecode(bytes: rawValue) else { return nil }
             pairs.append((name, value))
         }
         return pairs
-    }
-
-    /// A query component's bytes, percent-decoded (copied as they are when nothing is escaped).
-    private static func decodeComponent(_ bytes: ArraySlice<UInt8>) -> String? {
-        guard bytes.contains(UInt8(ascii: "%")) else { return String(validating: bytes, as: UTF8.self) }
-        return percentDecode(bytes: bytes)
     }
 
     /// The canonical query string: pairs encoded, sorted by name then value.
