@@ -12,8 +12,9 @@ extension JetStreamContext {
     /// responders, disconnections) are retried with a backoff; the sequence throws only when the
     /// stream keeps failing with a JetStream API error (e.g. the stream was deleted).
     ///
-    /// Messages are pulled on demand (at most 256 buffered), so a slow reader applies
-    /// backpressure. Iterate from one task. Stopping the iteration leaves the consumer to
+    /// One pull request of up to 256 messages stays open for 5 s and delivers messages as they
+    /// arrive, through one reply subscription for the consumer's life (no subscription or
+    /// request per message); at most 256 are buffered, so a slow reader applies backpressure. Iterate from one task. Stopping the iteration leaves the consumer to
     /// be removed by the server after 30 s of inactivity (or when this sequence is released).
     public func orderedMessages(stream: String, startSequence: UInt64, filterSubject: String? = nil)
         -> AsyncThrowingStream<StoredMessage, any Error> {
@@ -35,14 +36,27 @@ actor OrderedConsumer {
     private var consumerName: String?
     private var expectedConsumerSequence: UInt64 = 1
     private var generation: UInt64 = 0
-    private var buffer: [JetStreamMessage] = []
-    private var bufferIndex = 0
     private var needsReset = true
     private var failures = 0
     /// With `last_per_subject`: the stream's last sequence before the consumer was made;
     /// once the snapshot is delivered, later restarts begin after it at least.
     private var snapshotFloor: UInt64 = 0
 
+    /// The consumer's replies: one subscription to `<inbox>.*` for as long as the consumer
+    /// lives; pull request n is sent with the reply subject `<inbox>.n`, so a late status of an
+    /// earlier request is told apart (data messages carry their own subject, and only one
+    /// request is outstanding at a time).
+    private var inbox = ""
+    private var replies: NATSSubscription?
+    private var iterator: NATSSubscription.AsyncIterator?
+    /// The number of the outstanding pull request, and how many messages it may still deliver
+    /// (0: none outstanding).
+    private var request: UInt64 = 0
+    private var remaining = 0
+    private var deadline: Task<Void, Never>?
+
+    /// Messages one pull request asks for. The server delivers them as they arrive, so one
+    /// request serves a quiet stream for ``longPoll`` and a busy one for this many messages.
     static let batch = 256
     static let longPoll: Duration = .seconds(5)
 
@@ -55,6 +69,7 @@ actor OrderedConsumer {
     }
 
     deinit {
+        deadline?.cancel()
         if let name = consumerName {
             let js = self.js, stream = self.stream
             Task { try? await js.deleteConsumer(stream: stream, consumer: name) }
@@ -68,27 +83,47 @@ actor OrderedConsumer {
     func next() async throws -> JetStreamMessage? {
         while true {
             try Task.checkCancellation()
-            while bufferIndex < buffer.count {
-                let m = buffer[bufferIndex]
-                bufferIndex += 1
-                if let accepted = accept(m) { return accepted }
-            }
-            buffer = []
-            bufferIndex = 0
             if !needsReset, await js.client.connectionGeneration != generation { needsReset = true }
             do {
                 if needsReset { try await recreate() }
-                guard let name = consumerName else { continue }
-                var result = try await js.pull(stream: stream, consumer: name, batch: Self.batch,
-                                               expires: js.timeout, noWait: true)
-                if result.messages.isEmpty && result.end == .completed {
-                    if initialPhase { endInitialPhase() }
-                    result = try await js.pull(stream: stream, consumer: name, batch: 1,
-                                               expires: Self.longPoll, noWait: false)
+                if remaining == 0 { try await pullMore() }
+                guard var replies = iterator else {
+                    needsReset = true
+                    continue
                 }
-                buffer = result.messages
-                if result.end != .completed { needsReset = true }
+                let received = try await replies.next(isolation: self)
+                iterator = replies
+                guard let message = received else {
+                    // The request's deadline passed with no word from the server (a lost
+                    // request, a consumer gone with its server): start over.
+                    needsReset = true
+                    try await backoff()
+                    continue
+                }
+                if let status = message.status {
+                    // Statuses come on the request's own reply subject; an earlier one's is stale.
+                    guard message.subject == replySubject(request) else { continue }
+                    switch status {
+                    case 100:
+                        continue
+                    case 404, 408:
+                        // No message now (no_wait), or the request expired: ask again.
+                        if initialPhase { endInitialPhase() }
+                        finishRequest()
+                    case 409:
+                        // Consumer deleted, leadership change, …: recreate it.
+                        needsReset = true
+                    default:
+                        throw JetStreamAPIError(code: status, errorCode: 0,
+                                                description: message.statusDescription ?? "pull failed with status \(status)")
+                    }
+                    continue
+                }
+                let m = try JetStreamMessage(message, client: js.client)
+                remaining -= 1
+                if remaining == 0 { finishRequest() }
                 failures = 0
+                if let accepted = accept(m) { return accepted }
             } catch let error as JetStreamAPIError where error.code < 500 && !error.isConsumerNotFound {
                 failures += 1
                 needsReset = true
@@ -102,6 +137,42 @@ actor OrderedConsumer {
                 try await backoff()
             }
         }
+    }
+
+    private func replySubject(_ n: UInt64) -> String { "\(inbox).\(n)" }
+
+    /// Sends the next pull request: during the initial snapshot `no_wait` (answered 404 once
+    /// the snapshot is out), else one that stays open for ``longPoll``. Its deadline (the
+    /// expiry plus a second) ends the replies' sequence if the server never ends the request.
+    private func pullMore() async throws {
+        guard let name = consumerName else { throw NATSError.timeout }
+        request += 1
+        remaining = Self.batch
+        let n = request
+        let expires = initialPhase ? js.timeout : Self.longPoll
+        let body = initialPhase
+            ? "{\"batch\":\(Self.batch),\"no_wait\":true}"
+            : "{\"batch\":\(Self.batch),\"expires\":\(expires.nanoseconds)}"
+        deadline?.cancel()
+        deadline = Task { [weak self] in
+            do { try await Task.sleep(for: expires + .seconds(1)) } catch { return }
+            await self?.expire(n)
+        }
+        try await js.client.publish("\(js.apiPrefix).CONSUMER.MSG.NEXT.\(stream).\(name)",
+                                    payload: Array(body.utf8), replyTo: replySubject(n))
+    }
+
+    /// The outstanding request is done (its batch delivered, or the server ended it).
+    private func finishRequest() {
+        remaining = 0
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    /// Request `n`'s deadline passed: if it is still the outstanding one, the replies end.
+    private func expire(_ n: UInt64) async {
+        guard n == request, remaining > 0, let replies else { return }
+        await replies.unsubscribe()
     }
 
     private func backoff() async throws {
@@ -137,8 +208,10 @@ actor OrderedConsumer {
             Task { try? await js.deleteConsumer(stream: stream, consumer: old) }
         }
         consumerName = nil
-        buffer = []
-        bufferIndex = 0
+        finishRequest()
+        if let old = replies { await old.unsubscribe() }
+        replies = nil
+        iterator = nil
         generation = await js.client.connectionGeneration
         if initialPhase {
             guard let info = try await js.streamInfo(stream) else {
@@ -153,6 +226,10 @@ actor OrderedConsumer {
         config.memStorage = true
         config.numReplicas = 1
         config.inactiveThreshold = .seconds(30)
+        inbox = js.client.newInbox()
+        let subscription = try await js.client.makeSubscription(inbox + ".*", queue: nil, endOnDisconnect: true)
+        replies = subscription
+        iterator = subscription.makeAsyncIterator()
         let info = try await js.createConsumer(stream: stream, config: config)
         consumerName = info.name
         expectedConsumerSequence = 1

@@ -55,6 +55,11 @@ public final class NATSSubscription: AsyncSequence, Sendable {
         public mutating func next() async throws -> NATSMessage? {
             try await base.next()
         }
+
+        /// The next message, awaited on the caller's actor (an actor may keep the iterator).
+        public mutating func next(isolation actor: isolated (any Actor)?) async throws(any Error) -> NATSMessage? {
+            try await base.next(isolation: actor)
+        }
     }
 
     public func makeAsyncIterator() -> AsyncIterator {

@@ -150,7 +150,7 @@ struct ProofConsistency: AsyncParsableCommand {
 }
 
 /// Lowercase hex.
-private func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+private func hex(_ bytes: [UInt8]) -> String { Hex.encode(bytes) }
 
 /// The bytes of file `path`, or of standard input for `-`; at most `limit` bytes.
 private func readInput(_ path: String, what: String, limit: Int = 1 << 20) throws -> [UInt8] {

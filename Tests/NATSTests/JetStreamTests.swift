@@ -152,6 +152,35 @@ struct JetStreamTests {
         _ = server
     }
 
+    /// An ordered consumer keeps one pull request open and is handed messages as they arrive:
+    /// a stream written one message at a time, each read before the next is published, costs a
+    /// few pull requests, not one or two per message. The requests are counted on the wire, by
+    /// a second connection subscribed to the consumer API's pull subject.
+    @Test func orderedConsumerServesManyMessagesFromOnePullRequest() async throws {
+        let (server, client, js) = try await Self.setUp()
+        try await js.createStream(StreamConfig(name: "QUIET", subjects: ["quiet.>"]))
+        let spy = try await connectClient([server.url])
+        let pulls = try await spy.subscribe("$JS.API.CONSUMER.MSG.NEXT.QUIET.>")
+        try await spy.flush(timeout: .seconds(5))
+        let counted = Collector<String>()
+        let counter = Task { for try await request in pulls { await counted.append(String(decoding: request.payload, as: UTF8.self)) } }
+        defer { counter.cancel() }
+
+        var tail = js.orderedMessages(stream: "QUIET", startSequence: 1).makeAsyncIterator()
+        for i in 1...40 {
+            _ = try await js.publish("quiet.a", payload: bytes("\(i)"))
+            let m = try await tail.next()
+            #expect(m?.sequence == UInt64(i))
+        }
+        try await spy.flush(timeout: .seconds(5))
+        let requests = await counted.items
+        #expect(!requests.isEmpty && requests.count <= 3, "pull requests for 40 messages: \(requests)")
+        #expect(requests.allSatisfy { $0.contains("\"batch\":256") })
+        await spy.close()
+        await client.close()
+        _ = server
+    }
+
     @Test func orderedConsumerNoGapsNoRepeatsAcrossRestart() async throws {
         let (server, client, js) = try await Self.setUp()
         try await js.createStream(StreamConfig(name: "TAIL", subjects: ["tail.>"]))

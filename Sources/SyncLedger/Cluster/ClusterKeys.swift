@@ -111,7 +111,7 @@ public struct ClusterKeys: Sendable {
         Self.constantTimeEqual(Array(forwardedRequestMAC(node: node, method: method, target: target, body: body, timestamp: timestamp).utf8), Array(mac.utf8))
     }
 
-    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+    static func hex(_ bytes: [UInt8]) -> String { Hex.encode(bytes) }
 
     static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         guard a.count == b.count else { return false }

@@ -22,7 +22,7 @@ extension Ledger {
 
     /// The key id (`kid`) of the signing key: 16 hex digits of SHA-256 of its public key.
     func identityKeyID(_ key: P256.Signing.PrivateKey) -> String {
-        SHA256.hash(data: key.publicKey.rawRepresentation).prefix(8).map { String(format: "%02x", $0) }.joined()
+        Hex.encode(SHA256.hash(data: key.publicKey.rawRepresentation).prefix(8))
     }
 
     /// The key that signs new OpenID tokens and its id: the cluster's current generation
@@ -109,7 +109,7 @@ extension Ledger {
         let limit = options.limits.maxIdentitiesPerPool
         let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"
         let login = Login(provider: provider, subject: user)
-        let id = try await write { [self] txn -> String in
+        let id = try await write(on: Self.identitiesStream(pool)) { [self] txn -> String in
             var edit = try IdentityEdit(txn, ledger: self, pool: pool)
             if let linked = try edit.owner(login) {
                 if let requested, requested != linked {
@@ -179,7 +179,7 @@ extension Ledger {
     public func unlinkDeveloperIdentity(pool: IdentityPoolID, identity: String, provider: String, user: String, caller: String) async throws {
         let now = options.clock()
         let login = Login(provider: provider, subject: user)
-        try await write { [self] txn in
+        try await write(on: Self.identitiesStream(pool)) { [self] txn in
             var edit = try IdentityEdit(txn, ledger: self, pool: pool)
             guard try edit.owner(login) == identity, var record = try edit.identity(identity) else {
                 throw LedgerError(.notFound, "developer user \(quoted(user)) of \(provider) is not linked to identity \(identity)")

@@ -74,7 +74,7 @@ public final class IdentityKeyring: Sendable {
 
     /// The key id of generation `n`'s key.
     func keyID(_ generation: UInt64) -> String {
-        "g\(generation)-" + SHA256.hash(data: key(generation).publicKey.rawRepresentation).prefix(8).map { String(format: "%02x", $0) }.joined()
+        "g\(generation)-" + Hex.encode(SHA256.hash(data: key(generation).publicKey.rawRepresentation).prefix(8))
     }
 
     /// The key that signs new tokens, and its id.

@@ -44,7 +44,7 @@ extension Ledger {
     public static func mergedDatasetName(_ name: String, source: String) -> String {
         let full = "\(name).\(source)"
         if full.utf8.count <= 128 { return full }
-        let hash = SHA256.hash(data: Array(name.utf8)).prefix(4).map { String(format: "%02x", $0) }.joined()
+        let hash = Hex.encode(SHA256.hash(data: Array(name.utf8)).prefix(4))
         let keep = 128 - source.utf8.count - 1 - 9
         return String(name.utf8.prefix(keep))! + "-" + hash + "." + source
     }

@@ -56,7 +56,7 @@ extension Ledger {
         let now = options.clock()
         let limit = options.limits.maxIdentitiesPerPool
         let region = pool.rawValue.split(separator: ":").first.map(String.init) ?? "us-east-1"
-        let result = try await write { [self] txn -> SignInResult in
+        let result = try await write(on: Self.identitiesStream(pool)) { [self] txn -> SignInResult in
             var edit = try IdentityEdit(txn, ledger: self, pool: pool)
             var owners: [String] = []
             for login in logins {
@@ -185,7 +185,7 @@ extension Ledger {
     ///   `.invalidParameter` when a provider is not linked to it.
     public func unlinkLogins(pool: IdentityPoolID, identity: String, proof: [Login], proven: String?, providers: [String], caller: String) async throws {
         let now = options.clock()
-        try await write { [self] txn in
+        try await write(on: Self.identitiesStream(pool)) { [self] txn in
             var edit = try IdentityEdit(txn, ledger: self, pool: pool)
             guard var record = try edit.identity(identity) else { throw LedgerError(.notFound, "identity \(identity) does not exist in identity pool \(pool)") }
             guard record.isEnabled else { throw LedgerError(.notAuthorized, "identity \(identity) is disabled (\(record.disabled ?? ""))") }
@@ -211,7 +211,7 @@ extension Ledger {
     /// - Throws: `.notFound` for an unknown identity.
     public func disableIdentity(pool: IdentityPoolID, identity: String, reason: String, caller: String) async throws {
         let now = options.clock()
-        try await write { [self] txn in
+        try await write(on: Self.identitiesStream(pool)) { [self] txn in
             var edit = try IdentityEdit(txn, ledger: self, pool: pool)
             guard var record = try edit.identity(identity) else { throw LedgerError(.notFound, "identity \(identity) does not exist in identity pool \(pool)") }
             guard record.isEnabled else { return }

@@ -160,7 +160,7 @@ public final class Ledger: Sendable {
             if !legacy.credentials.isEmpty { try txn.removeAll(schema.legacyCredentials) }
             let idKey = Array("ledger-id".utf8)
             if let stored = try txn.get(schema.meta, key: idKey) { return (version, String(decoding: stored, as: UTF8.self)) }
-            let fresh = SymmetricKey(size: .bits128).withUnsafeBytes { bytes in bytes.map { String(format: "%02x", $0) }.joined() }
+            let fresh = SymmetricKey(size: .bits128).withUnsafeBytes { bytes in Hex.encode(bytes) }
             try txn.put(schema.meta, key: idKey, value: Array(fresh.utf8))
             return (version, fresh)
         }

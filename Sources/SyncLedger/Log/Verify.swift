@@ -137,7 +137,7 @@ extension Ledger {
                     pair = try cursor.next()
                 }
             }
-            return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+            return Hex.encode(hasher.finalize())
         }
     }
 

@@ -10,15 +10,7 @@ public enum SigV4 {
     public static let emptyPayloadHash = hex(SHA256.hash(data: [UInt8]()))
 
     /// Lower-case hex.
-    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 15)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    public static func hex(_ bytes: some Sequence<UInt8>) -> String { Hex.encode(bytes) }
 
     /// SHA-256 of `data`, hex.
     public static func sha256Hex(_ data: some DataProtocol) -> String { hex(SHA256.hash(data: data)) }

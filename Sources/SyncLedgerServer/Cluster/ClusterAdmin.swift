@@ -193,7 +193,7 @@ public struct ClusterAdmin: Sendable {
             for (shard, entries) in Self.byShard(segment, shards) {
                 let payload = try Segment(scope: .feed, entries: entries).encoded()
                 let headers = sealing.headers(shard: shard, kind: ClusterNames.entriesKind, node: "import", payload: payload)
-                let id = "i-" + (entries.last?.hash ?? []).map { String(format: "%02x", $0) }.joined()
+                let id = "i-" + Hex.encode(entries.last?.hash ?? [])
                 let ack = try await jetStream.publish(ClusterNames.subject(shard), payload: payload, headers: headers, messageID: id,
                                                       expectedLastSequence: last[shard], expectedStream: ClusterNames.stream(shard), timeout: .seconds(10))
                 last[shard] = ack.sequence

@@ -34,7 +34,7 @@ final class ClusterStreamCursors: Sendable {
     static func bulkKey(pool: String) -> String { "b.\(digest(pool))" }
 
     static func digest(_ text: String) -> String {
-        SHA256.hash(data: Array(text.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        Hex.encode(SHA256.hash(data: Array(text.utf8)).prefix(16))
     }
 
     /// The target's cursor in `shard`, nil when it has none yet.

@@ -93,7 +93,7 @@ final class JetStreamShardLog: ShardLog {
         let headers = sealing.headers(shard: shard, kind: ClusterNames.entriesKind, node: nodeID, payload: payload)
         // The same prepared write always has the same id; two different writes never do (the
         // last entry's hash chains to everything before it in its stream).
-        let messageID = "e-" + (segment.entries.last?.hash ?? []).map { String(format: "%02x", $0) }.joined()
+        let messageID = "e-" + Hex.encode(segment.entries.last?.hash ?? [])
         let deadline = ContinuousClock.now + timeout
         var lastFailure: (any Error)?
         while ContinuousClock.now < deadline {

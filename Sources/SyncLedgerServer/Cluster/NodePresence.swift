@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Logging
 import NATS
+import SyncLedger
 import Synchronization
 
 /// Notices within about a second that another node's process is gone, well before its leases
@@ -50,7 +51,7 @@ final class NodePresence: Sendable {
     /// The subject node `id` answers on: a digest of the id, since ids may hold characters a
     /// subject may not.
     static func subject(_ id: String) -> String {
-        "syncledger.alive." + SHA256.hash(data: Array(id.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        "syncledger.alive." + Hex.encode(SHA256.hash(data: Array(id.utf8)).prefix(16))
     }
 
     /// Whether this node answers probes now (announced in its record).

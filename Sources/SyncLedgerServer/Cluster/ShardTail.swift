@@ -67,6 +67,13 @@ final class ShardTail: Sendable {
     /// by anyone else on the bus: garbage, a forged write or fence) is skipped — the checkpoint
     /// passes it, nothing of it is applied — and counted; it never stops the shard.
     private func apply(_ message: StoredMessage, shard: Int) async throws {
+        // The owner's own batches reach its tail after the owner applied them: a read of the
+        // checkpoint passes them without opening, decoding or a turn on the writer. (The
+        // writer checks the checkpoint again in its transaction; this only saves the work.)
+        if message.sequence <= (try ledger.shardCheckpoint(shard)) {
+            counters.update(shard) { $0.applied += 1 }
+            return
+        }
         let opened: ShardMessage
         do {
             opened = try sealing.open(message, shard: shard)

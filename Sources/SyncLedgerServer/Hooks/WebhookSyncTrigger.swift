@@ -85,7 +85,7 @@ struct WebhookSyncTrigger: SyncTrigger {
         request.method = .POST
         request.headers.add(name: "content-type", value: "application/json")
         request.headers.add(name: "x-syncledger-timestamp", value: timestamp)
-        request.headers.add(name: "x-syncledger-signature", value: "sha256=" + mac.map { String(format: "%02x", $0) }.joined())
+        request.headers.add(name: "x-syncledger-signature", value: "sha256=" + Hex.encode(mac))
         request.body = .bytes(Array(body))
         let prepared = request
         let client = self.client

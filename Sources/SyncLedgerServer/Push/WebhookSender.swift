@@ -56,7 +56,7 @@ final class WebhookSender: PushSender {
         mac.update(data: Array(timestamp.utf8))
         mac.update(data: [0x2E])
         mac.update(data: body)
-        return "v1=" + mac.finalize().map { String(format: "%02x", $0) }.joined()
+        return "v1=" + Hex.encode(mac.finalize())
     }
 
     static func body(_ delivery: PushDelivery) -> [UInt8] {

@@ -60,7 +60,7 @@ struct HTTPStreamSink: StreamSink {
 
     /// The signature header's value for `body`.
     static func signature(secret: SymmetricKey, body: [UInt8]) -> String {
-        "sha256=" + HMAC<SHA256>.authenticationCode(for: body, using: secret).map { String(format: "%02x", $0) }.joined()
+        "sha256=" + Hex.encode(HMAC<SHA256>.authenticationCode(for: body, using: secret))
     }
 
     func deliver(_ records: [StreamRecord]) async throws {

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import SyncLedger
 
 /// Authenticates the leader's change-feed answers to a follower, so that a man in the middle
 /// cannot make a follower merge history the leader never wrote (docs/replication.md).
@@ -76,13 +77,5 @@ public enum FeedAuthentication {
         constantTimeEqual(signature.lowercased(), self.signature(answer, secret: secret))
     }
 
-    private static func hex<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0f)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    private static func hex(_ bytes: some Sequence<UInt8>) -> String { Hex.encode(bytes) }
 }
