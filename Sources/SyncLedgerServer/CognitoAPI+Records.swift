@@ -57,7 +57,10 @@ extension CognitoAPI {
         guard let hook = try ledger.secrets.hook(arn: arn) else {
             throw WireError(LedgerError(.hookInvalidOutput, "identity pool \(pool)'s SyncTrigger \(arn) has no hook endpoint configured (syncledger sync-trigger set)"))
         }
-        return WebhookSyncTrigger(hook: hook, client: WebhookSyncTrigger.sharedClient, timeout: syncTriggerTimeout)
+        guard let client = syncTriggerClient else {
+            throw WireError(LedgerError(.hookInvalidOutput, "identity pool \(pool)'s SyncTrigger \(arn) cannot be called: this server was started without a hook client"))
+        }
+        return WebhookSyncTrigger(hook: hook, client: client, timeout: syncTriggerTimeout)
     }
 
     func updateRecords(_ route: Route, _ request: WireRequest, _ credential: Credential) async throws -> WireResponse {

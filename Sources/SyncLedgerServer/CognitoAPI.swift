@@ -2,6 +2,7 @@ import Foundation
 import SyncLedger
 import NIOPosix
 import Logging
+import AsyncHTTPClient
 
 /// What the API answers: status, headers, body.
 struct WireResponse: Sendable {
@@ -41,6 +42,9 @@ struct CognitoAPI: Sendable {
     var push: PushService? = nil
     /// This node, in cluster mode.
     var cluster: ClusterNode? = nil
+    /// The HTTP client SyncTrigger hooks are called with (``WebhookSyncTrigger/makeClient()``),
+    /// owned by the server, which shuts it down when it stops.
+    var syncTriggerClient: HTTPClient? = nil
     /// How long a SyncTrigger hook has to answer (`serve --sync-trigger-timeout`).
     var syncTriggerTimeout: Duration = WebhookSyncTrigger.defaultTimeout
     /// The token buckets of the unsigned Cognito Identity calls (nil: not limited).

@@ -35,16 +35,21 @@ public enum SyncLedgerServer {
                 signer: SigV4Signer(accessKeyID: configuration.adminAccessKeyID ?? "", secretAccessKey: configuration.adminSecretAccessKey ?? ""),
                 readTimeout: configuration.followWait + .seconds(15))
         }
+        // The HTTP client SyncTrigger hooks are called with, owned here and shut down on the way out.
+        let hooks = WebhookSyncTrigger.makeClient()
         do {
-            try await serve(configuration, tls: tls, leader: client, logger: logger)
+            try await serve(configuration, tls: tls, leader: client, hooks: hooks, logger: logger)
         } catch {
             await client?.shutdown()
+            try? await hooks.shutdown()
             throw error
         }
         await client?.shutdown()
+        try? await hooks.shutdown()
     }
 
-    private static func serve(_ configuration: ServerConfiguration, tls: TLSConfiguration?, leader client: LeaderClient?, logger: Logger) async throws {
+    private static func serve(_ configuration: ServerConfiguration, tls: TLSConfiguration?, leader client: LeaderClient?, hooks: HTTPClient,
+                              logger: Logger) async throws {
         try await Startup.checkPortFree(host: configuration.host, port: configuration.port)
         if let metricsListen = configuration.metricsListen {
             let (metricsHost, metricsPort) = try MetricsListener.parse(metricsListen)
@@ -103,6 +108,7 @@ public enum SyncLedgerServer {
         api.push = push?.service
         api.cluster = cluster
         api.syncTriggerTimeout = configuration.syncTriggerTimeout
+        api.syncTriggerClient = hooks
         api.identityThrottle = IdentityThrottle(options: configuration.identityThrottle)
         api.forwardAuth = forwardAuth
         api.identityCapWatch = IdentityCapWatch(cap: configuration.ledger.limits.maxIdentitiesPerPool)
@@ -166,53 +172,32 @@ public enum SyncLedgerServer {
                 say("SyncLedger metrics on http://\(metricsHost.contains(":") ? "[\(metricsHost)]" : metricsHost):\(port)/metrics")
             })
         }
-        let replication = follower.map { f in Task { await f.run() } }
-        let delivery = push.map { p in Task { await p.service.run() } }
-        let streaming = streams.map { s in Task { await s.run() } }
-        let eventHub = Task { await events.run() }
-        // A follower purges too: its message keys are views of the replicated entries.
-        let purge = Task { [retention = configuration.idempotencyRetention] in
-            // At start, then hourly: keys older than the retention go, a batch per transaction.
-            while !Task.isCancelled {
-                do {
-                    let purged = try await ledger.purgeIdempotencyKeys(retention: retention)
-                    if purged.messageKeys + purged.updateKeys > 0 {
-                        logger.info("purged idempotency keys", metadata: ["messages": "\(purged.messageKeys)", "updates": "\(purged.updateKeys)"])
-                    }
-                    if purged.undecodableEntries > 0 {
-                        logger.warning("idempotency purge: message entries could not be decoded; their keys went", metadata: ["entries": "\(purged.undecodableEntries)"])
-                    }
-                } catch {
-                    logger.warning("idempotency key purge failed", metadata: ["error": "\(error)"])
-                }
-                try? await Task.sleep(for: .seconds(3600))
-            }
+        // The background loops run in the same service group as the listeners, before them: a
+        // graceful shutdown (SIGTERM, SIGINT) stops the listeners first, letting their requests
+        // finish, then cancels these in reverse order. One of them ending does not stop the server.
+        var background: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        func run(_ name: String, _ body: @escaping @Sendable () async -> Void) {
+            background.append(.init(service: BackgroundLoop(body), successTerminationBehavior: .ignore,
+                                    failureTerminationBehavior: .ignore, serviceName: name))
         }
-        defer { purge.cancel() }
+        // A follower purges too: its message keys are views of the replicated entries.
+        run("idempotency purge") { [retention = configuration.idempotencyRetention] in
+            await Self.purgeIdempotencyKeys(ledger, retention: retention, logger: logger)
+        }
+        run("event hub") { await events.run() }
+        if let streams { run("stream delivery") { await streams.run() } }
+        if let push { run("push delivery") { await push.service.run() } }
+        if let follower { run("replication") { await follower.run() } }
         if let leader = configuration.follow { logger.info("following", metadata: ["leader": "\(leader)"]) }
+        let group = ServiceGroup(configuration: .init(services: background + services.map { .init(service: $0) },
+                                                      gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do {
-            try await ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
+            try await group.run()
         } catch {
-            replication?.cancel()
-            await replication?.value
-            delivery?.cancel()
-            await delivery?.value
-            streaming?.cancel()
-            await streaming?.value
-            eventHub.cancel()
-            await eventHub.value
             await cluster?.stop()
             await forwarder?.shutdown()
             throw listening.load(ordering: .acquiring) ? error : Startup.describeBindError(error, host: configuration.host, port: configuration.port)
         }
-        replication?.cancel()
-        await replication?.value
-        delivery?.cancel()
-        await delivery?.value
-        streaming?.cancel()
-        await streaming?.value
-        eventHub.cancel()
-        await eventHub.value
         await cluster?.stop()
         await forwarder?.shutdown()
         logger.info("stopped; closing the ledger")
@@ -247,6 +232,25 @@ public enum SyncLedgerServer {
         cluster.onTakeover { shard in
             let since = Timestamp(milliseconds: max(oldest.milliseconds, ledger.options.clock().milliseconds - windowMs))
             Task { await service.rederive({ stream, time in time >= since && shards.shard(of: stream) == shard }, since: since) }
+        }
+    }
+
+    /// At start, then hourly until cancelled: idempotency keys older than `retention` go, a
+    /// batch per transaction.
+    private static func purgeIdempotencyKeys(_ ledger: Ledger, retention: Duration, logger: Logger) async {
+        while !Task.isCancelled {
+            do {
+                let purged = try await ledger.purgeIdempotencyKeys(retention: retention)
+                if purged.messageKeys + purged.updateKeys > 0 {
+                    logger.info("purged idempotency keys", metadata: ["messages": "\(purged.messageKeys)", "updates": "\(purged.updateKeys)"])
+                }
+                if purged.undecodableEntries > 0 {
+                    logger.warning("idempotency purge: message entries could not be decoded; their keys went", metadata: ["entries": "\(purged.undecodableEntries)"])
+                }
+            } catch {
+                logger.warning("idempotency key purge failed", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: .seconds(3600))
         }
     }
 
@@ -287,4 +291,13 @@ public enum SyncLedgerServer {
 /// Writes a line to standard output at once (not buffered), for whoever reads it.
 func say(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
+}
+
+/// One of the server's background loops (replication, push and stream delivery, the event hub,
+/// the idempotency purge) as a service of its `ServiceGroup`: it runs until cancelled, and the
+/// group's graceful shutdown cancels it.
+struct BackgroundLoop: Service {
+    let body: @Sendable () async -> Void
+    init(_ body: @escaping @Sendable () async -> Void) { self.body = body }
+    func run() async { await cancelWhenGracefulShutdown { await body() } }
 }

@@ -28,7 +28,8 @@ struct WebhookSyncTrigger: SyncTrigger {
 
     /// The client hooks are called with: no redirects (a hook cannot send the server elsewhere),
     /// short connect timeout.
-    static let sharedClient: HTTPClient = {
+    /// The server makes one at start (`CognitoAPI.syncTriggerClient`) and shuts it down when it stops.
+    static func makeClient() -> HTTPClient {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         // Reads are bounded by each call's own deadline (its trigger's timeout, at most 60 s).
@@ -37,7 +38,7 @@ struct WebhookSyncTrigger: SyncTrigger {
         // connections as writers, not AsyncHTTPClient's default 8.
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-    }()
+    }
 
     /// A timeout in milliseconds and as said in errors ("5 seconds").
     static func describe(_ timeout: Duration) -> (milliseconds: Double, text: String) {
