@@ -55,16 +55,47 @@ struct Authenticator: Sendable {
     /// security token: which of them it was is not for an unauthenticated caller to learn.
     static let signatureMismatch = WireError.notAuthorized("the request signature does not match, or the access key is not valid: check the access key id, the secret, the session token and the signing method")
 
+    /// ``signatureMismatch`` for `credential`, telling the log (not the caller) whether the key
+    /// was one this server knows.
+    private static func mismatch(_ credential: Credential) -> WireError {
+        var error = signatureMismatch
+        error.refusal = AuthRefusal(reason: credential.secretAccessKey == unknownKeySecret ? .unknownKey : .signature)
+        return error
+    }
+
     /// The credential that signed `request`.
     /// - Throws: ``WireError`` NotAuthorizedException saying what is wrong.
+    ///   A refusal carries, for the server's log, why and the access key id the request claimed
+    ///   (``AuthRefusal``).
     func authenticate(_ request: WireRequest, queryPairs: [(String, String)]) throws -> Credential {
+        do {
+            if let authorization = request.header("authorization") {
+                return try verifyHeader(authorization, request, queryPairs)
+            }
+            if queryPairs.contains(where: { $0.0 == "X-Amz-Signature" }) {
+                return try verifyPresigned(request, queryPairs)
+            }
+            throw WireError.refused(.unsigned, "the request is not signed: send an AWS Signature Version 4 Authorization header or a presigned URL")
+        } catch var error as WireError where error.refusal != nil {
+            error.refusal?.accessKeyID = Self.claimedAccessKey(request, queryPairs)
+            throw error
+        }
+    }
+
+    /// The access key id a request names (the first part of its credential scope), as a log
+    /// value; nil when it names none.
+    static func claimedAccessKey(_ request: WireRequest, _ queryPairs: [(String, String)]) -> String? {
+        let scope: Substring
         if let authorization = request.header("authorization") {
-            return try verifyHeader(authorization, request, queryPairs)
+            guard let start = authorization.range(of: "Credential=") else { return nil }
+            scope = authorization[start.upperBound...]
+        } else if let credential = queryPairs.first(where: { $0.0 == "X-Amz-Credential" })?.1 {
+            scope = Substring(credential)
+        } else {
+            return nil
         }
-        if queryPairs.contains(where: { $0.0 == "X-Amz-Signature" }) {
-            return try verifyPresigned(request, queryPairs)
-        }
-        throw WireError.notAuthorized("the request is not signed: send an AWS Signature Version 4 Authorization header or a presigned URL")
+        let id = scope.prefix { $0 != "/" && $0 != "," && $0 != " " }
+        return AuthRefusal.loggable(id)
     }
 
     private struct Parsed {
@@ -79,20 +110,20 @@ struct Authenticator: Sendable {
     private func parseCredential(_ text: String) throws -> (String, String, String) {
         let parts = text.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map { String(Substring($0)) }
         guard parts.count == 5, parts[4] == "aws4_request", !parts[0].isEmpty else {
-            throw WireError.notAuthorized("malformed credential scope \"\(text.prefix(200))\"")
+            throw WireError.refused(.malformed, "malformed credential scope \"\(text.prefix(200))\"")
         }
         guard parts[3] == service else {
-            throw WireError.notAuthorized("the credential scope names service \"\(parts[3].prefix(64))\", not \(service)")
+            throw WireError.refused(.service, "the credential scope names service \"\(parts[3].prefix(64))\", not \(service)")
         }
         guard regions.contains(parts[2]) else {
-            throw WireError.notAuthorized("the credential scope names region \"\(parts[2].prefix(64))\"; this server serves \(regions.sorted().joined(separator: ", ")) (syncledger serve --region)")
+            throw WireError.refused(.region, "the credential scope names region \"\(parts[2].prefix(64))\"; this server serves \(regions.sorted().joined(separator: ", ")) (syncledger serve --region)")
         }
         return (parts[0], parts[1], parts[2])
     }
 
     private func verifyHeader(_ authorization: String, _ request: WireRequest, _ queryPairs: [(String, String)]) throws -> Credential {
         guard authorization.hasPrefix(SigV4.algorithm + " ") else {
-            throw WireError.notAuthorized("unsupported authorization scheme; use \(SigV4.algorithm)")
+            throw WireError.refused(.malformed, "unsupported authorization scheme; use \(SigV4.algorithm)")
         }
         var fields: [String: String] = [:]
         for part in authorization.utf8.dropFirst(SigV4.algorithm.utf8.count + 1).split(separator: UInt8(ascii: ",")) {
@@ -103,21 +134,21 @@ struct Authenticator: Sendable {
             fields[String(decoding: trimmed[..<eq], as: UTF8.self)] = String(decoding: value, as: UTF8.self)
         }
         guard let credentialText = fields["Credential"], let signedText = fields["SignedHeaders"], let signature = fields["Signature"] else {
-            throw WireError.notAuthorized("the Authorization header lacks Credential, SignedHeaders or Signature")
+            throw WireError.refused(.malformed, "the Authorization header lacks Credential, SignedHeaders or Signature")
         }
         let (accessKeyID, day, region) = try parseCredential(credentialText)
         guard let amzDate = request.header("x-amz-date") else {
-            throw WireError.notAuthorized("the x-amz-date header is missing")
+            throw WireError.refused(.malformed, "the x-amz-date header is missing")
         }
         try checkTime(amzDate: amzDate, day: day, expires: nil)
         let signedHeaders = signedText.split(separator: ";").map { $0.lowercased() }
         guard signedHeaders.contains("host"), signedHeaders.contains("x-amz-date") else {
-            throw WireError.notAuthorized("SignedHeaders must include host and x-amz-date")
+            throw WireError.refused(.unsignedHeaders, "SignedHeaders must include host and x-amz-date")
         }
         let credential = try lookup(accessKeyID, sessionToken: request.header("x-amz-security-token"))
         let actualHash = SigV4.sha256Hex(request.body)
         if let claimed = request.header("x-amz-content-sha256"), claimed != actualHash {
-            throw WireError.notAuthorized("x-amz-content-sha256 does not match the body")
+            throw WireError.refused(.payload, "x-amz-content-sha256 does not match the body")
         }
         let canonical = SigV4.canonicalRequest(
             method: request.method, canonicalURI: SigV4.canonicalURI(rawPath: request.rawPath),
@@ -131,21 +162,21 @@ struct Authenticator: Sendable {
     private func verifyPresigned(_ request: WireRequest, _ queryPairs: [(String, String)]) throws -> Credential {
         func param(_ name: String) throws -> String {
             guard let value = queryPairs.first(where: { $0.0 == name })?.1 else {
-                throw WireError.notAuthorized("the presigned URL lacks \(name)")
+                throw WireError.refused(.malformed, "the presigned URL lacks \(name)")
             }
             return value
         }
         guard try param("X-Amz-Algorithm") == SigV4.algorithm else {
-            throw WireError.notAuthorized("unsupported X-Amz-Algorithm; use \(SigV4.algorithm)")
+            throw WireError.refused(.malformed, "unsupported X-Amz-Algorithm; use \(SigV4.algorithm)")
         }
         let (accessKeyID, day, region) = try parseCredential(try param("X-Amz-Credential"))
         let amzDate = try param("X-Amz-Date")
         guard let expires = Int(try param("X-Amz-Expires")), (1...604_800).contains(expires) else {
-            throw WireError.notAuthorized("X-Amz-Expires must be 1-604800 seconds")
+            throw WireError.refused(.malformed, "X-Amz-Expires must be 1-604800 seconds")
         }
         try checkTime(amzDate: amzDate, day: day, expires: expires)
         let signedHeaders = try param("X-Amz-SignedHeaders").split(separator: ";").map { $0.lowercased() }
-        guard signedHeaders.contains("host") else { throw WireError.notAuthorized("X-Amz-SignedHeaders must include host") }
+        guard signedHeaders.contains("host") else { throw WireError.refused(.unsignedHeaders, "X-Amz-SignedHeaders must include host") }
         let credential = try lookup(accessKeyID, sessionToken: queryPairs.first { $0.0 == "X-Amz-Security-Token" }?.1)
         let signature = try param("X-Amz-Signature")
         let unsignedQuery = queryPairs.filter { $0.0 != "X-Amz-Signature" }
@@ -163,23 +194,23 @@ struct Authenticator: Sendable {
                 return try accept(credential, key: key, day: day, region: region)
             }
         }
-        throw Self.signatureMismatch
+        throw Self.mismatch(credential)
     }
 
     private func checkTime(amzDate: String, day: String, expires: Int?) throws {
         guard let date = SigV4.parseAmzDate(amzDate) else {
-            throw WireError.notAuthorized("x-amz-date \"\(amzDate)\" is not yyyyMMddTHHmmssZ")
+            throw WireError.refused(.malformed, "x-amz-date \"\(amzDate)\" is not yyyyMMddTHHmmssZ")
         }
         guard amzDate.hasPrefix(day) else {
-            throw WireError.notAuthorized("the credential scope date \(day) differs from x-amz-date \(amzDate)")
+            throw WireError.refused(.scope, "the credential scope date \(day) differs from x-amz-date \(amzDate)")
         }
         let now = now()
         if let expires {
-            guard date.timeIntervalSince(now) <= maxSkew else { throw WireError.notAuthorized("the presigned URL is dated in the future (\(amzDate))") }
-            guard now.timeIntervalSince(date) <= Double(expires) else { throw WireError.notAuthorized("the presigned URL expired (signed \(amzDate), valid \(expires) s)") }
+            guard date.timeIntervalSince(now) <= maxSkew else { throw WireError.refused(.expired, "the presigned URL is dated in the future (\(amzDate))") }
+            guard now.timeIntervalSince(date) <= Double(expires) else { throw WireError.refused(.expired, "the presigned URL expired (signed \(amzDate), valid \(expires) s)") }
         } else {
             guard abs(date.timeIntervalSince(now)) <= maxSkew else {
-                throw WireError.notAuthorized("the signature is expired or not yet valid: x-amz-date \(amzDate) is more than 15 minutes from the server's time \(SigV4.amzDate(now))")
+                throw WireError.refused(.expired, "the signature is expired or not yet valid: x-amz-date \(amzDate) is more than 15 minutes from the server's time \(SigV4.amzDate(now))")
             }
         }
     }
@@ -209,10 +240,10 @@ struct Authenticator: Sendable {
     private func checkToken(_ credential: Credential, sent: String?, signed: Bool) throws {
         switch (credential.sessionToken, sent) {
         case (nil, nil): return
-        case (nil, .some), (.some, nil): throw Self.signatureMismatch
+        case (nil, .some), (.some, nil): throw Self.mismatch(credential)
         case (.some(let expected), .some(let given)):
-            guard constantTimeEqual(expected, given) else { throw Self.signatureMismatch }
-            guard signed else { throw WireError.notAuthorized("x-amz-security-token must be a signed header") }
+            guard constantTimeEqual(expected, given) else { throw Self.mismatch(credential) }
+            guard signed else { throw WireError.refused(.unsignedHeaders, "x-amz-security-token must be a signed header") }
         }
     }
 
@@ -223,7 +254,7 @@ struct Authenticator: Sendable {
         let key = signingKeys.key(accessKeyID: credential.accessKeyID, secret: credential.secretAccessKey, date: day, region: "\(region)/\(service)")
             ?? SigV4.signingKey(secret: credential.secretAccessKey, date: day, region: region, service: service)
         let expected = SigV4.signature(signingKey: key, stringToSign: SigV4.stringToSign(amzDate: amzDate, scope: scope, canonicalRequest: canonical))
-        guard constantTimeEqual(expected, signature.lowercased()) else { throw Self.signatureMismatch }
+        guard constantTimeEqual(expected, signature.lowercased()) else { throw Self.mismatch(credential) }
         return key
     }
 
@@ -231,7 +262,7 @@ struct Authenticator: Sendable {
     /// never gets here), else its signing key is remembered and it is the caller.
     private func accept(_ credential: Credential, key: [UInt8], day: String, region: String) throws -> Credential {
         guard !credential.isExpired(at: Timestamp(now())) else {
-            throw WireError.notAuthorized("the credential \(credential.accessKeyID) expired at \(credential.expires!); get a new one")
+            throw WireError.refused(.expiredCredential, "the credential \(credential.accessKeyID) expired at \(credential.expires!); get a new one")
         }
         signingKeys.remember(key, accessKeyID: credential.accessKeyID, secret: credential.secretAccessKey, date: day, region: "\(region)/\(service)")
         return credential

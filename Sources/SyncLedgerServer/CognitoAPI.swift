@@ -11,13 +11,16 @@ struct WireResponse: Sendable {
     var body: [UInt8]
     /// In cluster mode: the request belongs to a shard another node owns; forward it there.
     var forward: ShardOwnedElsewhere? = nil
+    /// A request the authenticator refused: why, for the log line (``AuthRefusal``).
+    var refusal: AuthRefusal? = nil
 
     static func json(_ writer: JSONWriter) -> WireResponse {
         WireResponse(status: 200, headers: [("content-type", "application/json")], body: writer.bytes)
     }
 
     static func error(_ error: WireError) -> WireResponse {
-        WireResponse(status: error.status, headers: [("content-type", "application/json"), ("x-amzn-ErrorType", error.type)], body: error.body)
+        WireResponse(status: error.status, headers: [("content-type", "application/json"), ("x-amzn-ErrorType", error.type)], body: error.body,
+                     refusal: error.refusal)
     }
 }
 

@@ -9,6 +9,9 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
     public let status: Int
     /// What went wrong and where.
     public let message: String
+    /// For a request refused before it was authenticated: why, and the access key id it claimed,
+    /// for the server's log only (the caller gets `message`).
+    var refusal: AuthRefusal? = nil
 
     public var description: String { "\(type) (\(status)): \(message)" }
 
@@ -21,6 +24,12 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
 
     static func invalidParameter(_ message: String) -> WireError { WireError(type: "InvalidParameterException", status: 400, message: message) }
     static func notAuthorized(_ message: String) -> WireError { WireError(type: "NotAuthorizedException", status: 403, message: message) }
+    /// A request the authenticator refused: NotAuthorizedException, with why for the log.
+    static func refused(_ reason: AuthRefusal.Reason, _ message: String) -> WireError {
+        var error = notAuthorized(message)
+        error.refusal = AuthRefusal(reason: reason)
+        return error
+    }
     static func notFound(_ message: String) -> WireError { WireError(type: "ResourceNotFoundException", status: 404, message: message) }
     static func unknownOperation(_ message: String) -> WireError { WireError(type: "UnknownOperationException", status: 404, message: message) }
     static func internalError(_ message: String) -> WireError { WireError(type: "InternalErrorException", status: 500, message: message) }
@@ -64,5 +73,49 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
         w.member("message", message)
         w.endObject()
         return w.bytes
+    }
+}
+
+/// Why the authenticator refused a request, as the server's log line names it (`refused=`),
+/// with the access key id the request claimed (`key=`): enough for an operator to tell a client
+/// with a wrong clock from one with a revoked key, never the secret or the signature.
+struct AuthRefusal: Sendable, Equatable {
+    enum Reason: String, Sendable {
+        /// No Authorization header and no presigned query.
+        case unsigned
+        /// An Authorization header or presigned query that cannot be read.
+        case malformed
+        /// The credential scope names another service.
+        case service
+        /// The credential scope names a region this server does not serve.
+        case region
+        /// `x-amz-date` too far from the server's clock, or a presigned URL past its expiry.
+        case expired
+        /// The scope's date is not `x-amz-date`'s day.
+        case scope
+        /// SignedHeaders leave out what must be signed (host, x-amz-date, the session token).
+        case unsignedHeaders = "unsigned-headers"
+        /// `x-amz-content-sha256` is not the body's hash.
+        case payload
+        /// A known key, and the signature (or session token) does not match.
+        case signature
+        /// A key this server does not know: never issued here, revoked, or a temporary one whose
+        /// session token does not verify.
+        case unknownKey = "unknown-key"
+        /// The signature matched, but the credential had expired.
+        case expiredCredential = "expired-credential"
+    }
+    var reason: Reason
+    /// The access key id the request claimed (only letters, digits, `-` and `_`, at most 128;
+    /// anything else is logged as `<unreadable>`).
+    var accessKeyID: String? = nil
+
+    /// `text` as a log value of an access key id.
+    static func loggable(_ text: Substring) -> String {
+        guard (1...128).contains(text.utf8.count),
+              text.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || $0 == 45 || $0 == 95 }) else {
+            return "<unreadable>"
+        }
+        return String(text)
     }
 }

@@ -2,6 +2,8 @@
 credential may reach."""
 
 import json
+import os
+import re
 import time
 
 import pytest
@@ -318,3 +320,50 @@ def test_presigned_url_times(server, victim):
         future = admin.generate_presigned_url("list_records", Params=victim.ids("data"), ExpiresIn=3600)
     message = expect_raw_error(requests.get(future, timeout=30), "NotAuthorizedException", 403)
     assert "future" in message, message
+
+
+# -- what the server's log says of a refusal ----------------------------------------------------
+
+def _log_since(server, offset):
+    with open(server.log_path, errors="replace") as f:
+        f.seek(offset)
+        return f.read()
+
+
+def _refusals(server, offset, count, timeout=10):
+    """(reason, key) of the request lines with `refused=` written since `offset`, once there are
+    `count` of them (the line is written before the answer is sent, but through the process's
+    output buffer)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [(re.search(r"\brefused=(\S+)", line).group(1), re.search(r"\bkey=(\S+)", line).group(1))
+                 for line in _log_since(server, offset).splitlines() if "refused=" in line]
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def test_a_refused_request_is_logged_with_why_and_its_key_never_the_secret(server, victim):
+    path = dataset_path(victim.pool, victim.identity, "data", "records")
+    wrong = "wrong-secret-" + new_id().split(":")[1]
+    cases = [
+        (dict(secret=wrong), ("signature", ADMIN_KEY)),                                   # a known key, a wrong secret
+        (dict(key="AKIDNOBODYKNOWSTHIS", secret=wrong), ("unknown-key", "AKIDNOBODYKNOWSTHIS")),
+        (dict(key="BAD!KEY<x>", secret=wrong), ("unknown-key", "<unreadable>")),          # nothing odd reaches the log
+        (dict(region="eu-west-1"), ("region", ADMIN_KEY)),
+        (dict(clock_skew=-20 * 60), ("expired", ADMIN_KEY)),
+        (dict(sign=False), ("unsigned", "-")),
+    ]
+    offset = os.path.getsize(server.log_path)
+    answers = []
+    for kwargs, _ in cases:
+        answers.append(expect_raw_error(server.raw("GET", path, query="lastSyncCount=0", **kwargs), "NotAuthorizedException", 403))
+    # The caller learns nothing more than before: an unknown key and a wrong secret read alike.
+    assert answers[0] == answers[1] == answers[2]
+    assert _refusals(server, offset, len(cases)) == [expected for _, expected in cases]
+    log = _log_since(server, offset)
+    assert wrong not in log and ADMIN_SECRET not in log
+    # A request that gets through is logged without a refusal.
+    offset = os.path.getsize(server.log_path)
+    assert server.raw("GET", path, query="lastSyncCount=0").status_code == 200
+    assert "refused=" not in _log_since(server, offset)

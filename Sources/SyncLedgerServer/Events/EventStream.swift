@@ -21,10 +21,10 @@ enum EventStream {
 
     /// Answers `GET /events` (without an upgrade): the stream, or the API's JSON error.
     /// Returns the response and the identity it is for (for the request log).
-    static func respond(_ request: Request, channel: any Channel, service: EventService) async -> (Response, identity: String?) {
+    static func respond(_ request: Request, channel: any Channel, service: EventService) async -> (Response, identity: String?, refusal: AuthRefusal?) {
         let requestID = RequestID.make()
         var request = request
-        if request.method == .options { return (preflight(requestID), nil) }
+        if request.method == .options { return (preflight(requestID), nil, nil) }
         do {
             guard request.method == .get else {
                 throw WireError.unknownOperation("no operation is \(request.method.rawValue) \(EventService.path); open the event stream with GET")
@@ -49,7 +49,7 @@ enum EventStream {
                 await run(&session, writer: &writer, channel: channel, metrics: metrics)
                 try await writer.finish(nil)
             })
-            return (response, EventService.identity(credential))
+            return (response, EventService.identity(credential), nil)
         } catch {
             var wire = WireError(any: error)
             if wire.status >= 500 {
@@ -59,7 +59,7 @@ enum EventStream {
             var fields: HTTPFields = [.contentType: "application/json", .accessControlAllowOrigin: "*"]
             fields[HTTPField.Name("x-amzn-ErrorType")!] = wire.type
             fields[HTTPField.Name("x-amzn-RequestId")!] = requestID
-            return (Response(status: .init(code: wire.status), headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: wire.body))), nil)
+            return (Response(status: .init(code: wire.status), headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: wire.body))), nil, wire.refusal)
         }
     }
 

@@ -38,11 +38,13 @@ struct RequestHandler: Sendable {
         let start = ContinuousClock.now
         let path = request.uri.path
         if path == EventService.path {
-            let (response, identity) = await EventStream.respond(request, channel: channel, service: events)
+            let (response, identity, refusal) = await EventStream.respond(request, channel: channel, service: events)
             let elapsed = (ContinuousClock.now - start).components
             let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
             metrics.record(operation: "GetEvents", status: response.status.code, seconds: seconds)
-            logger.info("request", metadata: ["op": "GetEvents", "identity": "\(identity ?? "-")", "status": "\(response.status.code)", "ms": "\(Int(seconds * 1000))"])
+            var line: Logger.Metadata = ["op": "GetEvents", "identity": "\(identity ?? "-")", "status": "\(response.status.code)", "ms": "\(Int(seconds * 1000))"]
+            if let refusal { (line["refused"], line["key"]) = ("\(refusal.reason.rawValue)", "\(refusal.accessKeyID ?? "-")") }
+            logger.info("request", metadata: line)
             return response
         }
         if request.method == .get, path == "/health" {
@@ -109,10 +111,15 @@ struct RequestHandler: Sendable {
         metrics.record(operation: operation, status: wire.status, seconds: seconds)
         // An idle follower's long polls end in 204 once per wait: not worth an info line each.
         let level: Logger.Level = operation == "GetFeedSegment" && wire.status == 204 ? .debug : .info
-        logger.log(level: level, "request", metadata: [
+        var line: Logger.Metadata = [
             "op": "\(operation)", "identity": "\(identity ?? "-")", "status": "\(wire.status)",
             "ms": "\(micros / 1000).\(String(micros % 1000 + 1000).dropFirst())",
-        ])
+        ]
+        if let refusal = wire.refusal {
+            // Why the signature was refused and the key it claimed: never the secret.
+            (line["refused"], line["key"]) = ("\(refusal.reason.rawValue)", "\(refusal.accessKeyID ?? "-")")
+        }
+        logger.log(level: level, "request", metadata: line)
         var fields = HTTPFields()
         for (name, value) in wire.headers {
             if let n = HTTPField.Name(name) { fields.append(HTTPField(name: n, value: value)) }
