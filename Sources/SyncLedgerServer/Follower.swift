@@ -174,7 +174,7 @@ struct Follower: Sendable {
                 let pause = failure.reason.halts ? max(backoff, .seconds(1)) : backoff
                 logger.warning("replication pull merged nothing; retrying", metadata: [
                     "reason": "\(failure.reason.rawValue)", "error": "\(failure.message)",
-                    "retry_ms": "\(pause.components.seconds * 1000 + pause.components.attoseconds / 1_000_000_000_000_000)",
+                    "retry_ms": "\(pause.milliseconds)",
                 ])
                 do { try await Task.sleep(for: pause) } catch { return }
                 backoff = min(backoff * 2, failure.reason.halts ? .seconds(30) : .seconds(5))

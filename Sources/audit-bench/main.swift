@@ -144,7 +144,7 @@ func build(_ directory: String, entries: Int, options: Options) async throws -> 
 }
 
 func seconds(_ d: Duration) -> Double {
-    Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    d.inSeconds
 }
 
 /// The median of `rounds` timings of `body`.

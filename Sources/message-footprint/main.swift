@@ -76,7 +76,7 @@ func say(_ text: String) {
 let clockOffset = Atomic<Int64>(0)
 let day: Int64 = 86_400_000
 
-func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+func seconds(_ d: Duration) -> Double { d.inSeconds }
 
 /// Resident memory from /proc/self/status, in bytes: (VmRSS, RssAnon, RssFile, VmHWM).
 func residentMemory() -> (rss: Int, anon: Int, file: Int, peak: Int) {

@@ -59,7 +59,7 @@ func say(_ text: String) {
     FileHandle.standardError.write(Data("proof-bench: \(text)\n".utf8))
 }
 
-func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+func seconds(_ d: Duration) -> Double { d.inSeconds }
 
 /// Writes entries until the ledger holds `target`: each of `streams` tasks owns one dataset and
 /// replaces one record in it, one entry per call.

@@ -226,7 +226,7 @@ actor PhaseControl {
     }
 }
 
-func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+func seconds(_ d: Duration) -> Double { d.inSeconds }
 
 /// One virtual device: sets up, then runs every phase of `schedule` when the control starts it.
 func messageWorker(number: Int, credential: IdentityCredential, options: MessageBenchOptions, schedule: [PhaseKind],

@@ -77,7 +77,7 @@ private func identityCall(_ exchange: inout Exchange, target: String, _ object: 
 let benchIssuer = "https://bench.oidc.test"
 
 private func base64URL(_ bytes: some Sequence<UInt8>) -> String {
-    Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    Base64URL.string(Array(bytes))
 }
 
 /// `--oidc-setup DIR`: a P-256 key for the bench's provider and its JWKS.

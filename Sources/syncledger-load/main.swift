@@ -166,7 +166,7 @@ func syncLoop(identity: String, endpoint: Int = 0, options: Options, signer: Sig
             guard status == 200, let result = try JSONSerialization.jsonObject(with: Data(response)) as? [String: Any] else {
                 throw Failure(description: "UpdateRecords answered \(status): \(String(decoding: response, as: UTF8.self))")
             }
-            latencies.append(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+            latencies.append(elapsed.inSeconds)
             var committed = 0.0
             for case let record as [String: Any] in result["Records"] as? [Any] ?? [] {
                 if let key = record["Key"] as? String, let count = (record["SyncCount"] as? NSNumber)?.int64Value {
@@ -219,7 +219,7 @@ func run(_ name: String, identities: Int, seconds: Double, options: Options, sig
         return try await tasks.reduce(into: [Double]()) { $0 += $1 }.sorted()
     }
     let elapsed = ContinuousClock.now - start
-    let wall = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let wall = elapsed.inSeconds
     func pct(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] * 1000 }
     return Phase(name: name, identities: identities, updates: latencies.count, seconds: wall, p50: pct(0.5), p99: pct(0.99))
 }

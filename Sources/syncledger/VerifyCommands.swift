@@ -60,7 +60,7 @@ func withElapsedProgress<T: Sendable>(_ label: String, after delay: Double, _ wo
     let started = clock.now
     let seconds: @Sendable () -> Double = {
         let elapsed = clock.now - started
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return elapsed.inSeconds
     }
     let ticker = Task {
         guard enabled else { return }

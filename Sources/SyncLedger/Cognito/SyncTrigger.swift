@@ -126,7 +126,7 @@ extension Ledger {
         let dropped = patches.map(\.key).filter { answer[$0] == nil }
         let audit: [String: String] = ["outcome": "applied", "changed": changed.joined(separator: ","), "added": added.joined(separator: ","),
                                        "removed": removed.joined(separator: ","), "omitted": dropped.joined(separator: ","),
-                                       "milliseconds": "\(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)"]
+                                       "milliseconds": "\(elapsed.milliseconds)"]
         guard !events.isEmpty else {
             // Nothing to write: the records stay, and the answer is their state now.
             try await recordTrigger(stream, trigger: trigger, outcome: audit.merging(["outcome": "nothing to write"]) { $1 }, caller: origin.author)

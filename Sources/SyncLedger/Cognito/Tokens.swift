@@ -49,63 +49,6 @@ enum SignedToken {
     }
 }
 
-/// Unpadded base64url (RFC 4648 §5) over bytes, without Foundation's string machinery: tokens
-/// are checked on every write, so this is on the hot path.
-enum Base64URL {
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-    private static let values: [UInt8] = {
-        var table = [UInt8](repeating: 0xFF, count: 256)
-        for (i, c) in alphabet.enumerated() { table[Int(c)] = UInt8(i) }
-        return table
-    }()
-
-    /// `bytes` as unpadded base64url text.
-    static func string(_ bytes: some Collection<UInt8>) -> String { String(decoding: encode(Array(bytes)), as: UTF8.self) }
-
-    static func encode(_ bytes: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity((bytes.count * 4 + 2) / 3)
-        var i = 0
-        while i + 3 <= bytes.count {
-            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
-            out.append(alphabet[Int(v >> 18)]); out.append(alphabet[Int(v >> 12 & 63)])
-            out.append(alphabet[Int(v >> 6 & 63)]); out.append(alphabet[Int(v & 63)])
-            i += 3
-        }
-        let rest = bytes.count - i
-        if rest == 1 {
-            let v = UInt32(bytes[i]) << 16
-            out.append(alphabet[Int(v >> 18)]); out.append(alphabet[Int(v >> 12 & 63)])
-        } else if rest == 2 {
-            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
-            out.append(alphabet[Int(v >> 18)]); out.append(alphabet[Int(v >> 12 & 63)]); out.append(alphabet[Int(v >> 6 & 63)])
-        }
-        return out
-    }
-
-    /// Nil for a character outside the alphabet or an impossible length.
-    static func decode(_ text: ArraySlice<UInt8>) -> [UInt8]? {
-        guard text.count % 4 != 1 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(text.count * 3 / 4)
-        var acc: UInt32 = 0
-        var bits = 0
-        for c in text {
-            let v = values[Int(c)]
-            guard v != 0xFF else { return nil }
-            acc = acc << 6 | UInt32(v)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                out.append(UInt8(truncatingIfNeeded: acc >> UInt32(bits)))
-            }
-        }
-        // Leftover bits must be zero (a canonical encoding), so a token has one spelling.
-        guard acc & ((1 << UInt32(bits)) - 1) == 0 else { return nil }
-        return out
-    }
-}
-
 extension Ledger {
     /// Issues a sync session token for `stream`, valid for ``LedgerOptions/sessionLifetime``,
     /// and counts the session for its pool.

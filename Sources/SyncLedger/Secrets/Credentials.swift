@@ -84,13 +84,3 @@ extension Timestamp {
     }
 }
 
-extension Duration {
-    /// Whole milliseconds (saturating at Int64's bounds).
-    var milliseconds: Int64 {
-        let c = components
-        let (ms, overflow) = c.seconds.multipliedReportingOverflow(by: 1000)
-        if overflow { return c.seconds < 0 ? .min : .max }
-        let (total, overflow2) = ms.addingReportingOverflow(c.attoseconds / 1_000_000_000_000_000)
-        return overflow2 ? .max : total
-    }
-}

@@ -222,7 +222,7 @@ public final class LiveEvents: Sendable {
 
         let response: HTTPClientResponse
         do {
-            response = try await client.execute(request, timeout: Self.timeAmount(connectTimeout))
+            response = try await client.execute(request, timeout: TimeAmount(connectTimeout))
         } catch {
             if Task.isCancelled { throw CancellationError() }
             throw SyncClientError.network("GET /events at \(endpoint.origin): \(error)")
@@ -293,10 +293,6 @@ public final class LiveEvents: Sendable {
         }
     }
 
-    private static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let c = duration.components
-        return .nanoseconds(c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000)
-    }
 
     /// Runs `operation`, failing with ``IdleTimeout`` (and cancelling it) when `activity` was
     /// not touched for `idle`, unless it is busy (the consumer has an event).

@@ -78,7 +78,7 @@ enum HTTPExchange {
         do {
             return try await withThrowingTaskGroup(of: HTTPAnswer?.self) { group in
                 group.addTask {
-                    let response = try await client.execute(prepared, timeout: timeAmount(timeout))
+                    let response = try await client.execute(prepared, timeout: TimeAmount(timeout))
                     let status = Int(response.status.code)
                     let collected: ByteBuffer
                     do {
@@ -114,10 +114,6 @@ enum HTTPExchange {
         return String(describing: error)
     }
 
-    private static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let c = duration.components
-        return .nanoseconds(c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000)
-    }
 }
 
 /// The error an AWS JSON answer describes: its type (from `x-amzn-ErrorType`, else `__type`,

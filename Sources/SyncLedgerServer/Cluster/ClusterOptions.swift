@@ -113,7 +113,7 @@ struct NodeRecord: Codable, Sendable, Equatable {
     /// since 1970); a record from the future is current (a clock ahead of this node's).
     func isCurrent(now: Int64, leaseTime: Duration) -> Bool {
         let limit = Self.maxAge(leaseTime: leaseTime)
-        let ms = limit.components.seconds * 1000 + limit.components.attoseconds / 1_000_000_000_000_000
+        let ms = limit.milliseconds
         return at >= now - ms
     }
 

@@ -129,7 +129,7 @@ final class IdentityThrottle: Sendable {
     /// Seconds since an arbitrary start, never going back.
     static func monotonicSeconds() -> Double {
         let d = ContinuousClock.now - start
-        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        return d.inSeconds
     }
     private static let start = ContinuousClock.now
 

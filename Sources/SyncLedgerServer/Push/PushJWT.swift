@@ -1,17 +1,13 @@
 import Crypto
 import Foundation
 import _CryptoExtras
+import SyncLedger
 
 /// Compact JSON Web Tokens for the push services' authentication: ES256 for APNs provider
 /// tokens, RS256 for Google's OAuth service-account grant.
 enum PushJWT {
     /// Base64url without padding (RFC 7515 §2).
-    static func base64URL<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
+    static func base64URL(_ bytes: some Sequence<UInt8>) -> String { Base64URL.string(Array(bytes)) }
 
     /// The signing input `base64url(header).base64url(claims)` (keys sorted, so tests can
     /// compare tokens).

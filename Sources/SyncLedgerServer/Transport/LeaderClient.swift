@@ -52,7 +52,7 @@ final class LeaderClient: Sendable {
         var configuration = HTTPClient.Configuration(
             tlsConfiguration: tls,
             redirectConfiguration: .disallow,
-            timeout: .init(connect: Self.timeAmount(connectTimeout), read: Self.timeAmount(readTimeout)),
+            timeout: .init(connect: TimeAmount(connectTimeout), read: TimeAmount(readTimeout)),
             connectionPool: .init(idleTimeout: .seconds(90), concurrentHTTP1ConnectionsPerHostSoftLimit: 1),
             decompression: .disabled)
         configuration.httpVersion = .http1Only
@@ -70,7 +70,7 @@ final class LeaderClient: Sendable {
         for (name, value) in signer.sign(method: "GET", host: hostHeader, rawPath: path, rawQuery: query, headers: extraHeaders, body: []) {
             request.headers.add(name: name, value: value)
         }
-        let response = try await client.execute(request, timeout: Self.timeAmount(deadline))
+        let response = try await client.execute(request, timeout: TimeAmount(deadline))
         let body: ByteBuffer
         do {
             body = try await response.body.collect(upTo: maxBody)
@@ -86,8 +86,4 @@ final class LeaderClient: Sendable {
         try? await client.shutdown()
     }
 
-    private static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let c = duration.components
-        return .nanoseconds(c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000)
-    }
 }

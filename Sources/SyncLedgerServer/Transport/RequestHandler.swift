@@ -39,8 +39,7 @@ struct RequestHandler: Sendable {
         let path = request.uri.path
         if path == EventService.path {
             let (response, identity, refusal) = await EventStream.respond(request, channel: channel, service: events)
-            let elapsed = (ContinuousClock.now - start).components
-            let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+            let seconds = (ContinuousClock.now - start).inSeconds
             metrics.record(operation: "GetEvents", status: response.status.code, seconds: seconds)
             var line: Logger.Metadata = ["op": "GetEvents", "identity": "\(identity ?? "-")", "status": "\(response.status.code)", "ms": "\(Int(seconds * 1000))"]
             if let refusal { (line["refused"], line["key"]) = ("\(refusal.reason.rawValue)", "\(refusal.accessKeyID ?? "-")") }
@@ -52,8 +51,7 @@ struct RequestHandler: Sendable {
         }
         if request.method == .get, path.hasPrefix(StreamPayloadRoute.prefix) {
             let (response, status) = StreamPayloadRoute.respond(path: path, ledger: ledger, logger: logger)
-            let elapsed = (ContinuousClock.now - start).components
-            metrics.record(operation: "GetStreamPayload", status: status, seconds: Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+            metrics.record(operation: "GetStreamPayload", status: status, seconds: (ContinuousClock.now - start).inSeconds)
             logger.info("request", metadata: ["op": "GetStreamPayload", "status": "\(status)"])
             return response
         }
@@ -105,8 +103,7 @@ struct RequestHandler: Sendable {
         } catch {
             wire = .error(.invalidParameter("the request body exceeds \(maxBodyBytes) bytes or could not be read"))
         }
-        let elapsed = (ContinuousClock.now - start).components
-        let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+        let seconds = (ContinuousClock.now - start).inSeconds
         let micros = Int(seconds * 1_000_000)
         metrics.record(operation: operation, status: wire.status, seconds: seconds)
         // An idle follower's long polls end in 204 once per wait: not worth an info line each.
