@@ -70,6 +70,34 @@ import SyncLedgerTestSupport
         }
     }
 
+    /// A planning round takes at most ``ShardBatches/maxPerRound`` writes, the earliest first,
+    /// and passes over those of a shard with a batch in flight; the planner goes on (the queue
+    /// is not left to wait for the next enqueue) until nothing plannable is left.
+    @Test func aPlanningRoundTakesAtMostItsCapEarliestFirst() {
+        let batches = ShardBatches()
+        let cap = ShardBatches.maxPerRound
+        func write(shard: Int?) -> QueuedClusterWrite {
+            QueuedClusterWrite(run: { _ in 0 }, finish: { _ in }, shard: shard)
+        }
+        #expect(batches.enqueue(write(shard: 7)))  // the first starts a planner
+        let first = batches.takePlannable()
+        batches.planned(left: [], inFlight: [7])  // shard 7's batch is on its way
+        #expect(first.writes.count == 1)
+        for i in 0..<(cap + 101) { #expect(!batches.enqueue(write(shard: i == 0 ? 7 : nil))) }
+        let round = batches.takePlannable()
+        #expect(round.writes.count == cap)
+        #expect(round.writes.allSatisfy { $0.shard != 7 })
+        #expect(round.busy == [7])
+        #expect(zip(round.writes, round.writes.dropFirst()).allSatisfy { $0.arrival < $1.arrival })
+        #expect(batches.waiting == (101, true))  // the planner keeps going
+        let next = batches.takePlannable()
+        #expect(next.writes.count == 100)
+        #expect(next.writes.first!.arrival > round.writes.last!.arrival)
+        #expect(batches.waiting == (1, true))  // shard 7's write waits for its batch
+        #expect(batches.takePlannable().writes.isEmpty)
+        #expect(batches.waiting == (1, false))
+    }
+
     @Test func writesQueuedBehindABatchTravelAsOneMessageAndReplicasConverge() async throws {
         let log = try GatedShardLog(shards: 1)
         try await withLedger { owner in

@@ -28,6 +28,11 @@ final class ShardBatches: Sendable {
     /// Past this many bytes of entry bodies a batch takes no further write (a write larger than
     /// that still travels, alone).
     static let maxBytes = 512 * 1024
+    /// The most writes one planning round takes. A round is one job on the writer (every write
+    /// of it tried in a nested transaction of one transaction), so this bounds how long it holds
+    /// the writer from the shards' tails and local writes; the rest wait for the next round, in
+    /// their order of arrival.
+    static let maxPerRound = 512
 
     private struct State {
         var queue: [QueuedClusterWrite] = []
@@ -59,15 +64,20 @@ final class ShardBatches: Sendable {
         }
     }
 
-    /// Takes every queued write that may be planned now (its shard has no batch in flight, or is
-    /// not known yet). When there is none, the planner stops (and the next ``enqueue(_:)`` or
-    /// ``landed(_:requeue:)`` starts one): the answer is then empty.
+    /// Takes the queued writes that may be planned now (their shard has no batch in flight, or
+    /// is not known yet), the earliest first, at most ``maxPerRound``. When there is none, the
+    /// planner stops (and the next ``enqueue(_:)`` or ``landed(_:requeue:)`` starts one): the
+    /// answer is then empty.
     func takePlannable() -> (writes: [QueuedClusterWrite], busy: Set<Int>) {
         state.withLock { state in
             var taken: [QueuedClusterWrite] = []
             var kept: [QueuedClusterWrite] = []
             for write in state.queue {
-                if let shard = write.shard, state.inFlight.contains(shard) { kept.append(write) } else { taken.append(write) }
+                if taken.count >= Self.maxPerRound || write.shard.map({ state.inFlight.contains($0) }) == true {
+                    kept.append(write)
+                } else {
+                    taken.append(write)
+                }
             }
             state.queue = kept
             if taken.isEmpty { state.planning = false }

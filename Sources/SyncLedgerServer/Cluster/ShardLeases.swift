@@ -71,7 +71,10 @@ final class ShardLeases: Sendable {
             group.addTask {
                 var due = ContinuousClock.now
                 while !Task.isCancelled {
-                    if ContinuousClock.now >= due || self.balanceNow.exchange(false, ordering: .acquiringAndReleasing) {
+                    // The request is taken whether or not the round was due anyway: one round
+                    // answers it (left set, it would cost a second round right after).
+                    let asked = self.balanceNow.exchange(false, ordering: .acquiringAndReleasing)
+                    if ContinuousClock.now >= due || asked {
                         await self.balance()
                         due = ContinuousClock.now + period
                     }
