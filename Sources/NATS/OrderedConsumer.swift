@@ -16,10 +16,13 @@ extension JetStreamContext {
     /// arrive, through one reply subscription for the consumer's life (no subscription or
     /// request per message); at most 256 are buffered, so a slow reader applies backpressure. Iterate from one task. Stopping the iteration leaves the consumer to
     /// be removed by the server after 30 s of inactivity (or when this sequence is released).
-    public func orderedMessages(stream: String, startSequence: UInt64, filterSubject: String? = nil)
+    ///
+    /// - Parameter pullExpiry: how long one pull request stays open on a quiet stream (5 s).
+    public func orderedMessages(stream: String, startSequence: UInt64, filterSubject: String? = nil,
+                                pullExpiry: Duration = .seconds(5))
         -> AsyncThrowingStream<StoredMessage, any Error> {
         let state = OrderedConsumer(js: self, stream: stream, filterSubject: filterSubject,
-                                    startSequence: max(1, startSequence), lastPerSubject: false)
+                                    startSequence: max(1, startSequence), lastPerSubject: false, longPoll: pullExpiry)
         return AsyncThrowingStream(unfolding: { try await state.next()?.stored })
     }
 }
@@ -53,14 +56,22 @@ actor OrderedConsumer {
     /// (0: none outstanding).
     private var request: UInt64 = 0
     private var remaining = 0
+    /// When the outstanding request was sent, and since when ``next()`` has been waiting for a
+    /// reply (nil: it is not waiting — busy with its caller, who may be slow).
+    private var requestSent = ContinuousClock.now
+    private var waitingSince: ContinuousClock.Instant?
     private var deadline: Task<Void, Never>?
 
     /// Messages one pull request asks for. The server delivers them as they arrive, so one
     /// request serves a quiet stream for ``longPoll`` and a busy one for this many messages.
     static let batch = 256
+    /// How long a pull request stays open on a quiet stream, by default.
     static let longPoll: Duration = .seconds(5)
+    let longPoll: Duration
 
-    init(js: JetStreamContext, stream: String, filterSubject: String?, startSequence: UInt64, lastPerSubject: Bool) {
+    init(js: JetStreamContext, stream: String, filterSubject: String?, startSequence: UInt64, lastPerSubject: Bool,
+         longPoll: Duration = OrderedConsumer.longPoll) {
+        self.longPoll = longPoll
         self.js = js
         self.stream = stream
         self.filterSubject = filterSubject
@@ -91,7 +102,9 @@ actor OrderedConsumer {
                     needsReset = true
                     continue
                 }
+                waitingSince = .now
                 let received = try await replies.next(isolation: self)
+                waitingSince = nil
                 iterator = replies
                 guard let message = received else {
                     // The request's deadline passed with no word from the server (a lost
@@ -111,8 +124,11 @@ actor OrderedConsumer {
                         if initialPhase { endInitialPhase() }
                         finishRequest()
                     case 409:
-                        // Consumer deleted, leadership change, …: recreate it.
+                        // Consumer deleted, leadership change, …: recreate it, after a pause
+                        // (a 409 that comes back every time must not spin).
                         needsReset = true
+                        failures += 1
+                        try await backoff()
                     default:
                         throw JetStreamAPIError(code: status, errorCode: 0,
                                                 description: message.statusDescription ?? "pull failed with status \(status)")
@@ -143,20 +159,28 @@ actor OrderedConsumer {
 
     /// Sends the next pull request: during the initial snapshot `no_wait` (answered 404 once
     /// the snapshot is out), else one that stays open for ``longPoll``. Its deadline (the
-    /// expiry plus a second) ends the replies' sequence if the server never ends the request.
+    /// expiry plus a second) ends the replies' sequence if the server never ends the request —
+    /// judged only while this consumer waits for a reply and has heard nothing for a second, so
+    /// a reader slower than the request's expiry (its replies, 408 included, waiting in the
+    /// subscription's buffer) never costs a reset.
     private func pullMore() async throws {
         guard let name = consumerName else { throw NATSError.timeout }
         request += 1
         remaining = Self.batch
         let n = request
-        let expires = initialPhase ? js.timeout : Self.longPoll
+        let expires = initialPhase ? js.timeout : longPoll
         let body = initialPhase
             ? "{\"batch\":\(Self.batch),\"no_wait\":true}"
             : "{\"batch\":\(Self.batch),\"expires\":\(expires.nanoseconds)}"
+        requestSent = .now
         deadline?.cancel()
         deadline = Task { [weak self] in
-            do { try await Task.sleep(for: expires + .seconds(1)) } catch { return }
-            await self?.expire(n)
+            var due = ContinuousClock.now + expires + .seconds(1)
+            while true {
+                do { try await Task.sleep(until: due) } catch { return }
+                guard let again = await self?.expire(n, after: expires + .seconds(1)) else { return }
+                due = again
+            }
         }
         try await js.client.publish("\(js.apiPrefix).CONSUMER.MSG.NEXT.\(stream).\(name)",
                                     payload: Array(body.utf8), replyTo: replySubject(n))
@@ -169,10 +193,21 @@ actor OrderedConsumer {
         deadline = nil
     }
 
-    /// Request `n`'s deadline passed: if it is still the outstanding one, the replies end.
-    private func expire(_ n: UInt64) async {
-        guard n == request, remaining > 0, let replies else { return }
+    /// Request `n`'s deadline (`limit` after it was sent) passed. If it is still outstanding
+    /// and this consumer has waited for a reply for a second or more, the consumer is given up
+    /// (reset) and its replies end; if it is busy with its caller, or began waiting just now,
+    /// it is looked at again a second later. - Returns: when to look again, or nil.
+    private func expire(_ n: UInt64, after limit: Duration) async -> ContinuousClock.Instant? {
+        guard n == request, remaining > 0, let replies else { return nil }
+        let now = ContinuousClock.now
+        guard now - requestSent >= limit, let since = waitingSince, now - since >= .seconds(1) else {
+            return now + .seconds(1)
+        }
+        // Decided before the suspension below: a late reply handled meanwhile cannot carry on
+        // on the subscription about to end.
+        needsReset = true
         await replies.unsubscribe()
+        return nil
     }
 
     private func backoff() async throws {

@@ -181,6 +181,37 @@ struct JetStreamTests {
         _ = server
     }
 
+    /// A reader slower than a pull request's expiry (its messages and the server's 408 wait in
+    /// the reply buffer) keeps its consumer: the request's deadline counts only while the
+    /// consumer waits for a reply and hears nothing. Consumer creations are counted on the wire.
+    @Test func aSlowOrderedReaderKeepsItsConsumer() async throws {
+        let (server, client, js) = try await Self.setUp()
+        try await js.createStream(StreamConfig(name: "SLOW", subjects: ["slow.>"]))
+        for i in 1...3 { _ = try await js.publish("slow.a", payload: bytes("\(i)")) }
+        let spy = try await connectClient([server.url])
+        let creates = try await spy.subscribe("$JS.API.CONSUMER.CREATE.SLOW.>")
+        try await spy.flush(timeout: .seconds(5))
+        let created = Collector<String>()
+        let counter = Task { for try await request in creates { await created.append(request.subject) } }
+        defer { counter.cancel() }
+
+        var tail = js.orderedMessages(stream: "SLOW", startSequence: 1, pullExpiry: .seconds(1)).makeAsyncIterator()
+        #expect(try await tail.next()?.sequence == 1)
+        // Slower than the request's expiry and its deadline (1 s + 1 s): the reader is busy, so
+        // nothing is given up.
+        try await Task.sleep(for: .seconds(3))
+        #expect(try await tail.next()?.sequence == 2)
+        #expect(try await tail.next()?.sequence == 3)
+        _ = try await js.publish("slow.a", payload: bytes("4"))
+        #expect(try await tail.next()?.sequence == 4)
+        try await spy.flush(timeout: .seconds(5))
+        let consumers = await created.items
+        #expect(consumers.count == 1, "consumers created: \(consumers)")
+        await spy.close()
+        await client.close()
+        _ = server
+    }
+
     @Test func orderedConsumerNoGapsNoRepeatsAcrossRestart() async throws {
         let (server, client, js) = try await Self.setUp()
         try await js.createStream(StreamConfig(name: "TAIL", subjects: ["tail.>"]))
