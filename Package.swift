@@ -179,6 +179,8 @@ let package = Package(
             name: "SyncLedgerServerTests",
             dependencies: [
                 "SyncLedgerServer", "SyncLedger", "SyncLedgerTestSupport", "NATS",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
