@@ -232,7 +232,7 @@ extension Ledger {
                 if case .success = member.outcome { return member.effects.all } else { return [] }
             }
             do {
-                try await applyShardMessage(segment, shard: shard, of: log.shards, sequence: sequence, effects: effects)
+                _ = try await applyShardMessage(segment, shard: shard, of: log.shards, sequence: sequence, effects: effects)
             } catch {
                 // The shard's log holds the batch: its writes are durable, and this replica's
                 // tail applies them (a storage failure here is this node's, not the writes').

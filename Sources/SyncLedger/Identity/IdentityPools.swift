@@ -1,6 +1,5 @@
 import Foundation
 import LedgerStorage
-import Synchronization
 
 /// A Cognito Identity pool as CreateIdentityPool defines it. Kept as the record
 /// `identity-pool` of the pool's `configuration` system stream, so every change is a log entry.
@@ -124,8 +123,7 @@ extension Ledger {
         try requireOpenIDProviders(updated)
         let id = try IdentityPoolID(updated.id)
         let stream = Self.systemStream(id, "configuration")
-        let result = Mutex(updated)
-        try await appendSystem(stream, author: caller) { view in
+        return try await appendSystem(stream, author: caller) { view in
             guard let text = try view.record(Self.identityPoolKey)?.value else { throw LedgerError(.notFound, "identity pool \(id) does not exist") }
             let stored = try Self.decode(IdentityPoolDefinition.self, text, stream: stream)
             if let old = stored.developerProviderName, updated.developerProviderName != old {
@@ -133,10 +131,8 @@ extension Ledger {
             }
             var next = updated
             next.created = stored.created
-            result.withLock { $0 = next }
-            return next == stored ? [] : [.put(key: Self.identityPoolKey, value: Self.json(next), deviceModified: nil)]
+            return (next == stored ? [] : [.put(key: Self.identityPoolKey, value: Self.json(next), deviceModified: nil)], next)
         }
-        return result.withLock { $0 }
     }
 
     /// Deletes a pool: GetId and its temporary credentials stop working. Its data and history

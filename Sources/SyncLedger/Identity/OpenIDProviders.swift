@@ -120,8 +120,7 @@ extension Ledger {
         let stream = Self.openIDProvidersStream
         let key = Self.openIDProviderPrefix + p.name
         let now = options.clock()
-        let result = Mutex(p)
-        try await appendSystem(stream, author: caller) { view in
+        return try await appendSystem(stream, author: caller) { view in
             var next = p
             next.configured = now
             if let text = try view.record(key)?.value {
@@ -129,10 +128,8 @@ extension Ledger {
                 // Strictly later, so that the key cache never serves a replaced JWKS.
                 if next.configured <= old.configured { next.configured = Timestamp(milliseconds: old.configured.milliseconds + 1) }
             }
-            result.withLock { $0 = next }
-            return [.put(key: key, value: Self.json(next), deviceModified: nil)]
+            return ([.put(key: key, value: Self.json(next), deviceModified: nil)], next)
         }
-        return result.withLock { $0 }
     }
 
     /// Every configured OpenID Connect provider, by name.

@@ -106,15 +106,22 @@ extension Ledger {
         }
     }
 
-    /// Appends `events` to a system stream; `check` sees its view first.
-    func appendSystem(_ stream: StreamName, author: String, events: @escaping @Sendable (StoredDatasetView) throws -> [Event]) async throws {
+    /// An edit of a system stream, in one write: `edit` reads the stream's view as it is in the
+    /// write's transaction and says what to append (nothing: no entry) and what to answer.
+    func appendSystem<T: Sendable>(_ stream: StreamName, author: String,
+                                   edit: @escaping @Sendable (StoredDatasetView) throws -> (events: [Event], answer: T)) async throws -> T {
         defer { if stream.dataset.rawValue == "configuration" { dictionaries.configurationChanged() } }
-        try await write(on: stream) { [self] txn in
-            let view = try StoredDatasetView(txn: txn, schema: schema, stream: stream, streamID: try head(txn, stream)?.id ?? 0)
-            let list = try events(view)
-            guard !list.isEmpty else { return }
-            _ = try self.append(txn, to: stream, author: author, events: list)
+        return try await write(on: stream) { [self] txn in
+            var draft = try openEntry(txn, on: stream)
+            let (list, answer) = try edit(draft.view)
+            if !list.isEmpty { try self.append(txn, &draft, author: author, events: list) }
+            return answer
         }
+    }
+
+    /// ``appendSystem(_:author:edit:)`` for an edit that answers nothing.
+    func appendSystem(_ stream: StreamName, author: String, events: @escaping @Sendable (StoredDatasetView) throws -> [Event]) async throws {
+        try await appendSystem(stream, author: author) { view in (try events(view), ()) }
     }
 
     private static let encoder: JSONEncoder = {
@@ -145,15 +152,12 @@ extension Ledger {
     /// result. Every change is an entry of the pool's `configuration` stream.
     public func setPoolConfiguration(_ pool: IdentityPoolID, pushSync: PushSyncConfiguration?, cognitoStreams: StreamsConfiguration?, caller: String) async throws -> PoolConfiguration {
         let stream = Self.systemStream(pool, "configuration")
-        let result = Mutex(PoolConfiguration())
-        try await appendSystem(stream, author: caller) { view in
+        return try await appendSystem(stream, author: caller) { view in
             var config = try view.record("configuration")?.value.map { try Self.decode(PoolConfiguration.self, $0, stream: stream) } ?? PoolConfiguration()
             if let pushSync { config.pushSync = pushSync }
             if let cognitoStreams { config.cognitoStreams = cognitoStreams }
-            result.withLock { $0 = config }
-            return [.put(key: "configuration", value: Self.json(config), deviceModified: nil)]
+            return ([.put(key: "configuration", value: Self.json(config), deviceModified: nil)], config)
         }
-        return result.withLock { $0 }
     }
 
     /// The pool's Cognito events (event type → Lambda ARN).
@@ -226,4 +230,3 @@ extension Ledger {
     }
 }
 
-import Synchronization
