@@ -34,6 +34,14 @@ struct RequestHandler: Sendable {
             + (await cluster?.renderMetrics(ledger: ledger) ?? "")
     }
 
+    /// Adds to a request's log line why its signature was refused and the key it claimed
+    /// (`refused=`, `key=`): never the secret.
+    private static func note(_ refusal: AuthRefusal?, in line: inout Logger.Metadata) {
+        guard let refusal else { return }
+        line["refused"] = "\(refusal.reason.rawValue)"
+        line["key"] = "\(refusal.accessKeyID ?? "-")"
+    }
+
     func respond(_ request: Request, channel: any Channel) async -> Response {
         let start = ContinuousClock.now
         let path = request.uri.path
@@ -42,7 +50,7 @@ struct RequestHandler: Sendable {
             let seconds = (ContinuousClock.now - start).inSeconds
             metrics.record(operation: "GetEvents", status: response.status.code, seconds: seconds)
             var line: Logger.Metadata = ["op": "GetEvents", "identity": "\(identity ?? "-")", "status": "\(response.status.code)", "ms": "\(Int(seconds * 1000))"]
-            if let refusal { (line["refused"], line["key"]) = ("\(refusal.reason.rawValue)", "\(refusal.accessKeyID ?? "-")") }
+            Self.note(refusal, in: &line)
             logger.info("request", metadata: line)
             return response
         }
@@ -112,10 +120,7 @@ struct RequestHandler: Sendable {
             "op": "\(operation)", "identity": "\(identity ?? "-")", "status": "\(wire.status)",
             "ms": "\(micros / 1000).\(String(micros % 1000 + 1000).dropFirst())",
         ]
-        if let refusal = wire.refusal {
-            // Why the signature was refused and the key it claimed: never the secret.
-            (line["refused"], line["key"]) = ("\(refusal.reason.rawValue)", "\(refusal.accessKeyID ?? "-")")
-        }
+        Self.note(wire.refusal, in: &line)
         logger.log(level: level, "request", metadata: line)
         var fields = HTTPFields()
         for (name, value) in wire.headers {
