@@ -178,7 +178,7 @@ let package = Package(
         .testTarget(
             name: "SyncLedgerServerTests",
             dependencies: [
-                "SyncLedgerServer", "SyncLedger", "SyncLedgerTestSupport", "NATS",
+                "SyncLedgerServer", "SyncLedger", "SyncLedgerClient", "SyncLedgerTestSupport", "NATS",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),

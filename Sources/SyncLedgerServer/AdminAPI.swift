@@ -11,11 +11,13 @@ import SyncLedger
 ///   `{"Sequence", "ErasedValues", "EntriesRewritten", "Removals": [...]}`.
 /// - `GET /admin/redactions?IdentityPoolId=P` — the pool's redactions, oldest first.
 extension CognitoAPI {
-    func handleAdmin(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
-        let name = request.method == "POST" ? "Redact" : "ListRedactions"
+    /// `POST /admin/redactions` (`Redact`) and `GET /admin/redactions` (`ListRedactions`), the
+    /// router matched and the signature checked. Returns the answer and the identity involved.
+    func handleAdmin(redact: Bool, _ context: APIRequest) async throws -> (WireResponse, String?) {
+        let (query, request, credential) = (context.query, context.wire, try context.signer())
+        let name = redact ? "Redact" : "ListRedactions"
         guard credential.scope == .admin else { throw WireError.notAuthorized("\(name) needs the developer (admin) credential") }
-        switch (request.method, segments.count > 1 ? segments[1] : nil, segments.count) {
-        case ("POST", "redactions"?, 2):
+        if redact {
             if let leader = followedLeader {
                 throw WireError.notAuthorized("this server is a read-only follower of \(leader); send Redact to the leader (the follower erases when it replicates the redaction)")
             }
@@ -67,8 +69,8 @@ extension CognitoAPI {
             }
             w.endArray()
             w.endObject()
-            return (.json(w), name, identity.rawValue)
-        case ("GET", "redactions"?, 2):
+            return (.json(w), identity.rawValue)
+        } else {
             guard let text = query.first(where: { $0.0 == "IdentityPoolId" })?.1 else { throw WireError.invalidParameter("IdentityPoolId is required") }
             let pool = try IdentityPoolID(text)
             let ledger = self.ledger
@@ -90,9 +92,7 @@ extension CognitoAPI {
             }
             w.endArray()
             w.endObject()
-            return (.json(w), name, nil)
-        default:
-            throw WireError.unknownOperation("no admin operation is \(request.method) \(request.rawPath.prefix(200))")
+            return (.json(w), nil)
         }
     }
 }

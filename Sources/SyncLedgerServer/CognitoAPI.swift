@@ -3,14 +3,13 @@ import SyncLedger
 import NIOPosix
 import Logging
 import AsyncHTTPClient
+import Hummingbird
 
 /// What the API answers: status, headers, body.
 struct WireResponse: Sendable {
     var status: Int
     var headers: [(String, String)] = []
     var body: [UInt8]
-    /// In cluster mode: the request belongs to a shard another node owns; forward it there.
-    var forward: ShardOwnedElsewhere? = nil
     /// A request the authenticator refused: why, for the log line (``AuthRefusal``).
     var refusal: AuthRefusal? = nil
 
@@ -19,7 +18,7 @@ struct WireResponse: Sendable {
     }
 
     static func error(_ error: WireError) -> WireResponse {
-        WireResponse(status: error.status, headers: [("content-type", "application/json"), ("x-amzn-ErrorType", error.type)], body: error.body,
+        WireResponse(status: error.statusCode, headers: [("content-type", "application/json"), ("x-amzn-ErrorType", error.type)], body: error.body,
                      refusal: error.refusal)
     }
 }
@@ -58,143 +57,50 @@ struct CognitoAPI: Sendable {
     /// The identity pools past 80 % of their cap.
     var identityCapWatch: IdentityCapWatch? = nil
 
-    /// Handles one request; never throws — every failure is a wire error response, and every
-    /// response carries an `x-amzn-RequestId`. An internal error (500) says only that, with the
-    /// request id; its cause goes to the server's log under that id.
-    /// Returns the response, the operation name and the identity involved (for logs/metrics).
-    func handle(_ request: WireRequest) async -> (WireResponse, String, String?) {
-        let requestID = RequestID.make()
-        var operation = "Unknown"
-        var identity: String?
-        var requestShard: Int?
-        var response: WireResponse
-        do {
-            response = try await route(request, operation: &operation, identity: &identity, shard: &requestShard)
-        } catch let elsewhere as ShardOwnedElsewhere {
-            let owner = elsewhere.owner.map { "node \($0.node)" } ?? "no node yet (its lease is being taken over)"
-            response = .error(WireError(type: "ServiceUnavailableException", status: 503,
-                                        message: "this write belongs to shard \(elsewhere.shard), owned by \(owner); nothing was written, retry"))
-            response.forward = elsewhere
-        } catch {
-            var wire = WireError(any: error)
-            if wire.status == 503 {
-                // Retriable and said as such (a cluster shard busy or between owners): the message
-                // stays, and it is no fault of the server's.
-                logger.warning("unavailable", metadata: ["request_id": "\(requestID)", "op": "\(operation)", "error": "\(error)"])
-            } else if wire.status >= 500 {
-                logger.error("internal error", metadata: ["request_id": "\(requestID)", "op": "\(operation)", "error": "\(error)"])
-                wire = WireError(type: wire.type, status: wire.status, message: "internal error; the server's log has the details under request id \(requestID)")
-            }
-            response = .error(wire)
-        }
-        response.headers.append(("x-amzn-RequestId", requestID))
-        if let requestShard { nameOwner(of: requestShard, in: &response) }
-        return (response, operation, identity)
-    }
-
-    /// Routes, authenticates, authorizes and runs one request; names its operation and identity
-    /// as soon as they are known (so that a failure is logged under them).
-    /// `shard`: set, in cluster mode, to the shard the request belongs to as soon as it is known
-    /// (the answer names that shard's owner: ``nameOwner(of:in:)``).
-    private func route(_ request: WireRequest, operation: inout String, identity: inout String?, shard requestShard: inout Int?) async throws -> WireResponse {
-        guard request.header("host") != nil else {
-            throw WireError.invalidParameter("the request has no Host header; HTTP/1.1 requires one and the signature covers it")
-        }
-        // The path as sent: `/`-separated, percent-decoded segments, none empty, `.` or `..`
-        // (the signature covers the path as sent, so no segment may mean anything but itself).
-        guard request.rawPath.hasPrefix("/") else { throw WireError.invalidParameter("the request path must start with /") }
-        var segments: [String] = []
-        for raw in request.rawPath == "/" ? [] : request.rawPath.utf8.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
-            guard let segment = SigV4.percentDecode(String(decoding: raw, as: UTF8.self)) else {
-                throw WireError.invalidParameter("the request path has a malformed percent-escape or is not UTF-8")
-            }
-            guard !segment.isEmpty, segment != ".", segment != ".." else {
-                throw WireError.invalidParameter("the request path has an empty, \".\" or \"..\" segment")
-            }
-            segments.append(segment)
-        }
-        guard let query = SigV4.queryPairs(request.rawQuery) else {
-            throw WireError.invalidParameter("the query string has a malformed percent-escape or is not UTF-8")
-        }
-        if segments.first == "segments" {
-            let credential = try authenticator.authenticate(request, queryPairs: query)
-            let (response, name, who) = try await handleSegments(segments, query: query, request: request, credential: credential)
-            (operation, identity) = (name, who)
-            return response
-        }
-        if segments == ["cluster", "status"] {
-            operation = "ClusterStatus"
-            return try await handleClusterStatus(request, query: query)
-        }
-        if segments.first == "admin" {
-            let isUI = segments.count > 1 && segments[1] == "ui"
-            operation = isUI ? "UI." + (segments.count == 3 ? segments[2] : "Unknown") : request.method == "POST" ? "Redact" : "ListRedactions"
-            let credential = try authenticator.authenticate(request, queryPairs: query)
-            let (response, name, who) = isUI
-                ? try await handleHistoryUI(segments, query: query, request: request, credential: credential)
-                : try await handleAdmin(segments, query: query, request: request, credential: credential)
-            (operation, identity) = (name, who)
-            return response
-        }
-        if segments == [".well-known", "jwks.json"], request.method == "GET" {
-            // The public key of Cognito Identity's OpenID tokens, for anyone to verify them.
-            operation = "Identity.JWKS"
-            let body = try JSONSerialization.data(withJSONObject: try ledger.openIdKeys(), options: [.sortedKeys, .withoutEscapingSlashes])
-            return WireResponse(status: 200, headers: [("content-type", "application/json")], body: Array(body))
-        }
-        if segments.isEmpty, request.method == "POST", let target = request.header("x-amz-target"), target.hasPrefix(Self.identityTargetPrefix) {
-            if let leader = followedLeader, !["DescribeIdentityPool", "ListIdentityPools", "DescribeIdentity", "ListIdentities", "LookupDeveloperIdentity"].contains(String(target.dropFirst(Self.identityTargetPrefix.count))) {
-                throw WireError.notAuthorized("this server is a read-only follower of \(leader); send Cognito Identity calls to the leader")
-            }
-            if cluster != nil { requestShard = ShardMap.registryShard }
-            return await handleIdentity(request, target: target, query: query, operation: &operation)
-        }
-        if segments.first == "devices" || segments.first == "messages" {
-            operation = Self.registryOperation(method: request.method, segments: segments)
-            let credential = try authenticator.authenticate(request, queryPairs: query)
-            try await routeRegistryInCluster(request, segments: segments, credential: credential)
-            let (response, name, who) = segments.first == "devices"
-                ? try await handleDevices(segments, query: query, request: request, credential: credential)
-                : try await handleMessages(segments, query: query, request: request, credential: credential)
-            (operation, identity) = (name, who.flatMap { try? IdentityID($0) }?.rawValue)
-            return response
-        }
-        guard let route = Route.match(method: request.method, segments: segments) else {
-            throw WireError.unknownOperation("no Cognito Sync operation is \(request.method) \(request.rawPath.prefix(200))")
-        }
-        operation = route.operation.rawValue
-        if let cluster, let pool = route.pool, let identity = route.identity {
-            requestShard = shard(of: route) ?? cluster.shards.shard(pool: pool, identity: identity)
-        }
-        let credential = try authenticator.authenticate(request, queryPairs: query)
+    /// Runs a Cognito Sync operation the router matched, its signature checked
+    /// (``SigV4Middleware``): authorizes the credential for the route, refuses writes on a
+    /// read-only follower, sends a write of a shard another node owns there
+    /// (``ShardOwnedElsewhere``), and dispatches.
+    func cognitoSync(_ operation: CognitoOperation, _ context: APIRequest) async throws -> WireResponse {
+        let route = Route(operation, context)
+        let credential = try context.signer()
         try authorize(credential, route)
         // Named in logs only once authenticated, and only when it is a valid id (a path segment
         // could carry any text, line breaks included).
-        identity = route.identity.flatMap { try? IdentityID($0) }?.rawValue
+        context.notes.with { $0.identity = route.identity.flatMap { try? IdentityID($0) }?.rawValue }
         if let leader = followedLeader, !route.operation.isRead {
             throw WireError.notAuthorized("this server is a read-only follower of \(leader); send \(route.operation.rawValue) to the leader")
         }
         if let shard = shard(of: route) { try await requireOwner(of: shard) }
-        return try await dispatch(route, query: query, request: request, credential: credential)
+        return try await dispatch(route, query: context.query, request: context.wire, credential: credential)
     }
 
-    /// The name of a `/devices` or `/messages` operation (for logs and metrics, before it runs).
-    static func registryOperation(method: String, segments: [String]) -> String {
-        switch (segments.first, method, segments.count > 1 ? segments[1] : nil, segments.count) {
-        case ("devices", "POST", "sync"?, 2): "SyncDevice"
-        case ("devices", "POST", "sync-token"?, 2): "SyncDeviceToken"
-        case ("devices", "POST", "login"?, 2): "LoginDevice"
-        case ("devices", "POST", "logout"?, 2): "LogoutDevice"
-        case ("devices", "POST", "notify"?, 2): "NotifyDevices"
-        case ("devices", "GET", nil, 1): "ListDevices"
-        case ("devices", "GET", _?, 2): "DescribeDevice"
-        case ("devices", "DELETE", _?, 2): "DeleteDevice"
-        case ("messages", "POST", nil, 1): "SendMessage"
-        case ("messages", "GET", nil, 1): "ReceiveMessages"
-        case ("messages", "POST", "ack"?, 2): "AcknowledgeMessages"
-        case ("messages", "GET", "consumers"?, 2): "ListMessageConsumers"
-        default: "Unknown"
+    /// Names a Cognito Sync request's operation and, on a cluster node, its shard, before its
+    /// signature is checked (so that a refused request is logged and answered under them).
+    func prepareCognitoSync(_ operation: CognitoOperation, _ context: APIRequest) {
+        let route = Route(operation, context)
+        context.notes.with { notes in
+            notes.operation = operation.rawValue
+            if let cluster, let pool = route.pool, let identity = route.identity {
+                notes.shard = shard(of: route) ?? cluster.shards.shard(pool: pool, identity: identity)
+            }
         }
+    }
+
+    /// A Cognito Identity call (`POST /` with `X-Amz-Target: AWSCognitoIdentityService.<Op>`),
+    /// in awsJson1.1: its own signing rules per operation and its own error format.
+    func cognitoIdentity(_ context: APIRequest) async throws -> WireResponse {
+        let request = context.wire
+        guard let target = request.header("x-amz-target"), target.hasPrefix(Self.identityTargetPrefix) else {
+            throw WireError.unknownOperation("no operation is POST / without an X-Amz-Target of \(Self.identityTargetPrefix)<Operation>")
+        }
+        if let leader = followedLeader, !["DescribeIdentityPool", "ListIdentityPools", "DescribeIdentity", "ListIdentities", "LookupDeveloperIdentity"].contains(String(target.dropFirst(Self.identityTargetPrefix.count))) {
+            throw WireError.notAuthorized("this server is a read-only follower of \(leader); send Cognito Identity calls to the leader")
+        }
+        if cluster != nil { context.notes.with { $0.shard = ShardMap.registryShard } }
+        var operation = "Unknown"
+        defer { context.notes.operation = operation }
+        return try await handleIdentity(request, target: target, query: context.query, operation: &operation)
     }
 
     private func authorize(_ credential: Credential, _ route: Route) throws {

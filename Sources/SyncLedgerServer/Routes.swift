@@ -1,3 +1,6 @@
+import HTTPTypes
+import Hummingbird
+
 /// The 17 operations of Cognito Sync 2014-06-30, as botocore's model names them.
 public enum CognitoOperation: String, Sendable, CaseIterable {
     case bulkPublish = "BulkPublish"
@@ -47,50 +50,39 @@ struct Route {
     var dataset: String?
     var deviceID: String?
 
-    /// Matches `method` and the decoded path segments against the model's request URIs.
-    static func match(method: String, segments: [String]) -> Route? {
-        guard segments.first == "identitypools" else { return nil }
-        let s = Array(segments.dropFirst())
-        switch (method, s.count) {
-        case ("GET", 0): return Route(operation: .listIdentityPoolUsage)
-        case ("GET", 1): return Route(operation: .describeIdentityPoolUsage, pool: s[0])
-        default: break
-        }
-        guard s.count >= 2 else { return nil }
-        let pool = s[0]
-        if s.count == 2 {
-            switch (method, s[1]) {
-            case ("POST", "bulkpublish"): return Route(operation: .bulkPublish, pool: pool)
-            case ("POST", "getBulkPublishDetails"): return Route(operation: .getBulkPublishDetails, pool: pool)
-            case ("GET", "events"): return Route(operation: .getCognitoEvents, pool: pool)
-            case ("POST", "events"): return Route(operation: .setCognitoEvents, pool: pool)
-            case ("GET", "configuration"): return Route(operation: .getIdentityPoolConfiguration, pool: pool)
-            case ("POST", "configuration"): return Route(operation: .setIdentityPoolConfiguration, pool: pool)
-            default: return nil
-            }
-        }
-        if s[1] == "identity", s.count == 4, s[3] == "device", method == "POST" {
-            return Route(operation: .registerDevice, pool: pool, identity: s[2])
-        }
-        guard s[1] == "identities" else { return nil }
-        let identity = s[2]
-        switch (method, s.count) {
-        case ("GET", 3): return Route(operation: .describeIdentityUsage, pool: pool, identity: identity)
-        case ("GET", 4) where s[3] == "datasets": return Route(operation: .listDatasets, pool: pool, identity: identity)
-        default: break
-        }
-        guard s.count >= 5, s[3] == "datasets" else { return nil }
-        let dataset = s[4]
-        switch (method, s.count) {
-        case ("GET", 5): return Route(operation: .describeDataset, pool: pool, identity: identity, dataset: dataset)
-        case ("POST", 5): return Route(operation: .updateRecords, pool: pool, identity: identity, dataset: dataset)
-        case ("DELETE", 5): return Route(operation: .deleteDataset, pool: pool, identity: identity, dataset: dataset)
-        case ("GET", 6) where s[5] == "records": return Route(operation: .listRecords, pool: pool, identity: identity, dataset: dataset)
-        case ("POST", 7) where s[5] == "subscriptions":
-            return Route(operation: .subscribeToDataset, pool: pool, identity: identity, dataset: dataset, deviceID: s[6])
-        case ("DELETE", 7) where s[5] == "subscriptions":
-            return Route(operation: .unsubscribeFromDataset, pool: pool, identity: identity, dataset: dataset, deviceID: s[6])
-        default: return nil
-        }
+    /// The model's request URIs, as the router's paths: `:pool`, `:identity`, `:dataset` and
+    /// `:device` are the path parameters.
+    static let table: [(method: HTTPRequest.Method, path: String, operation: CognitoOperation)] = [
+        (.get, "/identitypools", .listIdentityPoolUsage),
+        (.get, "/identitypools/:pool", .describeIdentityPoolUsage),
+        (.post, "/identitypools/:pool/bulkpublish", .bulkPublish),
+        (.post, "/identitypools/:pool/getBulkPublishDetails", .getBulkPublishDetails),
+        (.get, "/identitypools/:pool/events", .getCognitoEvents),
+        (.post, "/identitypools/:pool/events", .setCognitoEvents),
+        (.get, "/identitypools/:pool/configuration", .getIdentityPoolConfiguration),
+        (.post, "/identitypools/:pool/configuration", .setIdentityPoolConfiguration),
+        (.post, "/identitypools/:pool/identity/:identity/device", .registerDevice),
+        (.get, "/identitypools/:pool/identities/:identity", .describeIdentityUsage),
+        (.get, "/identitypools/:pool/identities/:identity/datasets", .listDatasets),
+        (.get, "/identitypools/:pool/identities/:identity/datasets/:dataset", .describeDataset),
+        (.post, "/identitypools/:pool/identities/:identity/datasets/:dataset", .updateRecords),
+        (.delete, "/identitypools/:pool/identities/:identity/datasets/:dataset", .deleteDataset),
+        (.get, "/identitypools/:pool/identities/:identity/datasets/:dataset/records", .listRecords),
+        (.post, "/identitypools/:pool/identities/:identity/datasets/:dataset/subscriptions/:device", .subscribeToDataset),
+        (.delete, "/identitypools/:pool/identities/:identity/datasets/:dataset/subscriptions/:device", .unsubscribeFromDataset),
+    ]
+
+    /// The route of `operation` with the parameters the router matched.
+    init(_ operation: CognitoOperation, _ context: APIRequest) {
+        self.init(operation: operation, pool: context.parameter("pool"), identity: context.parameter("identity"),
+                  dataset: context.parameter("dataset"), deviceID: context.parameter("device"))
+    }
+
+    init(operation: CognitoOperation, pool: String? = nil, identity: String? = nil, dataset: String? = nil, deviceID: String? = nil) {
+        self.operation = operation
+        self.pool = pool
+        self.identity = identity
+        self.dataset = dataset
+        self.deviceID = deviceID
     }
 }

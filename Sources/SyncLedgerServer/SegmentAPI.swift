@@ -33,71 +33,81 @@ extension CognitoAPI {
     static let maxIdentityPullBytes: UInt64 = 1 << 20
     static let maxAdminPullBytes: UInt64 = 64 << 20
 
-    func handleSegments(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
+    /// `GET /segments/feed`, `/segments/digest`, `/segments/signed-digest`: admin only.
+    func replicationRead(_ what: String, _ context: APIRequest) async throws -> (WireResponse, String, String?) {
+        let credential = try context.signer()
+        guard credential.scope == .admin else {
+            throw WireError.notAuthorized("\(what == "feed" ? "reading the change feed" : "the digest") needs the admin credential")
+        }
+        return try await handleReplication(what, query: context.query, request: context.wire, credential: credential)
+    }
+
+    /// `GET /segments/streams/{pool}/{identity}/{dataset}`: one stream after an offset.
+    func streamSegment(_ context: APIRequest) async throws -> (WireResponse, String?) {
+        let credential = try context.signer()
+        let stream = try StreamName(pool: context.parameter("pool") ?? "", identity: context.parameter("identity") ?? "", dataset: context.parameter("dataset") ?? "")
+        try Self.requireStream(stream, credential)
+        let cap = credential.scope == .admin ? Self.maxAdminPullBytes : Self.maxIdentityPullBytes
+        let maxBytes = Int(min(try Self.number(context.query, "maxBytes", default: 1 << 20), cap))
+        let after = try Self.number(context.query, "after", default: 0)
+        let ledger = self.ledger
+        let (segment, last) = try await offPool { (try ledger.streamSegment(stream, after: after, maxBytes: maxBytes), try ledger.lastSequence) }
+        let headers = [("x-syncledger-last-sequence", "\(last)")]
+        guard let segment else { return (WireResponse(status: 204, headers: headers, body: []), stream.identity.rawValue) }
+        let body = try await offPool { try segment.encoded() }
+        return (WireResponse(status: 200, headers: [("content-type", segmentContentType)] + headers, body: body), stream.identity.rawValue)
+    }
+
+    /// `POST /segments`: a segment merged as it is (replication, admin only), or a device's
+    /// offline changes (`mode=offline`). Returns the answer, the operation's name
+    /// (`MergeSegment`, `MergeOfflineSegment`) and the identity involved.
+    func postSegment(_ context: APIRequest) async throws -> (WireResponse, String, String?) {
+        let credential = try context.signer()
         let isAdmin = credential.scope == .admin
-        func requireAdmin(_ what: String) throws {
-            guard isAdmin else { throw WireError.notAuthorized("\(what) needs the admin credential") }
+        func value(_ name: String) -> String? { context.query.first(where: { $0.0 == name })?.1 }
+        if let leader = followedLeader {
+            throw WireError.notAuthorized("this server is a read-only follower of \(leader); post segments to the leader")
         }
-        @Sendable func requireStream(_ stream: StreamName) throws {
-            if case .identity(let pool, let identity) = credential.scope, pool != stream.pool.rawValue || identity != stream.identity.rawValue {
-                throw WireError.notAuthorized("access key \(credential.accessKeyID) may reach only identity \(identity) in pool \(pool)")
-            }
-        }
-        func value(_ name: String) -> String? { query.first(where: { $0.0 == name })?.1 }
-        func number(_ name: String, default fallback: UInt64) throws -> UInt64 {
-            guard let text = value(name) else { return fallback }
-            guard let n = UInt64(text) else { throw WireError.invalidParameter("\(name) must be an integer from 0 to \(UInt64.max), not \"\(text.prefix(40))\"") }
-            return n
-        }
-        switch (request.method, segments.count) {
-        case ("GET", 2) where segments[1] == "feed" || segments[1] == "digest" || segments[1] == "signed-digest":
-            try requireAdmin(segments[1] == "feed" ? "reading the change feed" : "the digest")
-            return try await handleReplication(segments[1], query: query, request: request, credential: credential)
-        case ("GET", 5) where segments[1] == "streams":
-            let stream = try StreamName(pool: segments[2], identity: segments[3], dataset: segments[4])
-            try requireStream(stream)
-            let cap = isAdmin ? Self.maxAdminPullBytes : Self.maxIdentityPullBytes
-            let maxBytes = Int(min(try number("maxBytes", default: 1 << 20), cap))
-            let after = try number("after", default: 0)
-            let ledger = self.ledger
-            let (segment, last) = try await offPool { (try ledger.streamSegment(stream, after: after, maxBytes: maxBytes), try ledger.lastSequence) }
-            let headers = [("x-syncledger-last-sequence", "\(last)")]
-            guard let segment else { return (WireResponse(status: 204, headers: headers, body: []), "GetStreamSegment", stream.identity.rawValue) }
-            let body = try await offPool { try segment.encoded() }
-            return (WireResponse(status: 200, headers: [("content-type", segmentContentType)] + headers, body: body), "GetStreamSegment", stream.identity.rawValue)
-        case ("POST", 1):
-            if let leader = followedLeader {
-                throw WireError.notAuthorized("this server is a read-only follower of \(leader); post segments to the leader")
-            }
-            let offline = value("mode") == "offline"
-            if let mode = value("mode"), !offline { throw WireError.invalidParameter("mode must be offline (or absent), not \"\(mode.prefix(40))\"") }
-            if !offline { try requireAdmin("merging a segment as it is (replication)") }
-            let cap = offline && !isAdmin ? Self.maxOfflineSegmentBytes : Self.maxReplicationSegmentBytes
-            let ledger = self.ledger
-            let body = request.body
-            let segment = try await offPool {
-                try ledger.decodeSegment(body, maxUncompressedSize: cap) { header in
-                    if offline {
-                        guard case .stream(let stream) = header.scope else { throw WireError.invalidParameter("offline changes come as a stream segment, not a feed segment") }
-                        try requireStream(stream)
-                        guard header.count <= UInt64(Ledger.maxOfflineEntries) else {
-                            throw WireError(LedgerError(.limitExceeded, "offline changes come in at most \(Ledger.maxOfflineEntries) entries, not \(header.count)", stream: stream))
-                        }
+        let offline = value("mode") == "offline"
+        if let mode = value("mode"), !offline { throw WireError.invalidParameter("mode must be offline (or absent), not \"\(mode.prefix(40))\"") }
+        if !offline, !isAdmin { throw WireError.notAuthorized("merging a segment as it is (replication) needs the admin credential") }
+        let cap = offline && !isAdmin ? Self.maxOfflineSegmentBytes : Self.maxReplicationSegmentBytes
+        let ledger = self.ledger
+        let body = context.wire.body
+        let segment = try await offPool {
+            try ledger.decodeSegment(body, maxUncompressedSize: cap) { header in
+                if offline {
+                    guard case .stream(let stream) = header.scope else { throw WireError.invalidParameter("offline changes come as a stream segment, not a feed segment") }
+                    try Self.requireStream(stream, credential)
+                    guard header.count <= UInt64(Ledger.maxOfflineEntries) else {
+                        throw WireError(LedgerError(.limitExceeded, "offline changes come in at most \(Ledger.maxOfflineEntries) entries, not \(header.count)", stream: stream))
                     }
                 }
             }
-            guard offline, case .stream(let stream) = segment.scope else {
-                let report = try await ledger.merge(segment)
-                var w = JSONWriter()
-                w.beginObject(); w.member("Applied", int: report.applied); w.member("Skipped", int: report.skipped); w.endObject()
-                return (.json(w), "MergeSegment", nil)
-            }
-            let report = try await ledger.mergeOffline(segment, deviceID: value("deviceId"), caller: caller(credential),
-                                                       sessionToken: value("syncSessionToken"), partial: value("partial") == "true")
-            return (.json(offlineReport(report)), "MergeOfflineSegment", stream.identity.rawValue)
-        default:
-            throw WireError.unknownOperation("no segment operation is \(request.method) \(request.rawPath.prefix(200))")
         }
+        guard offline, case .stream(let stream) = segment.scope else {
+            let report = try await ledger.merge(segment)
+            var w = JSONWriter()
+            w.beginObject(); w.member("Applied", int: report.applied); w.member("Skipped", int: report.skipped); w.endObject()
+            return (.json(w), "MergeSegment", nil)
+        }
+        let report = try await ledger.mergeOffline(segment, deviceID: value("deviceId"), caller: caller(credential),
+                                                   sessionToken: value("syncSessionToken"), partial: value("partial") == "true")
+        return (.json(offlineReport(report)), "MergeOfflineSegment", stream.identity.rawValue)
+    }
+
+    /// Refuses an identity's credential for another identity's stream.
+    @Sendable static func requireStream(_ stream: StreamName, _ credential: Credential) throws {
+        if case .identity(let pool, let identity) = credential.scope, pool != stream.pool.rawValue || identity != stream.identity.rawValue {
+            throw WireError.notAuthorized("access key \(credential.accessKeyID) may reach only identity \(identity) in pool \(pool)")
+        }
+    }
+
+    /// A whole-number query parameter, `fallback` when absent.
+    static func number(_ query: [(String, String)], _ name: String, default fallback: UInt64) throws -> UInt64 {
+        guard let text = query.first(where: { $0.0 == name })?.1 else { return fallback }
+        guard let n = UInt64(text) else { throw WireError.invalidParameter("\(name) must be an integer from 0 to \(UInt64.max), not \"\(text.prefix(40))\"") }
+        return n
     }
 
     private func offlineReport(_ report: OfflineMergeReport) -> JSONWriter {

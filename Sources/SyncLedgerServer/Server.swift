@@ -150,7 +150,7 @@ public enum SyncLedgerServer {
         let host = configuration.host
         let listening = Atomic<Bool>(false)
         let app = Application(
-            responder: CallbackResponder<ChannelRequestContext> { request, context in await handler.respond(request, channel: context.channel) },
+            router: handler.router(),
             server: .guarded(shared, events: events, tls: tls, logger: logger),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "SyncLedger", backlog: 1024),
             onServerRunning: { channel in
@@ -237,7 +237,7 @@ public enum SyncLedgerServer {
 
     /// At start, then hourly until cancelled: idempotency keys older than `retention` go, a
     /// batch per transaction.
-    private static func purgeIdempotencyKeys(_ ledger: Ledger, retention: Duration, logger: Logger) async {
+    static func purgeIdempotencyKeys(_ ledger: Ledger, retention: Duration, logger: Logger) async {
         while !Task.isCancelled {
             do {
                 let purged = try await ledger.purgeIdempotencyKeys(retention: retention)

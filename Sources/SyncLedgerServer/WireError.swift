@@ -1,3 +1,5 @@
+public import HTTPTypes
+public import Hummingbird
 import SyncLedger
 
 /// An error as Cognito Sync's wire protocol sends it: the model's exception name (in the
@@ -6,19 +8,19 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
     /// The exception name from botocore's `cognito-sync/2014-06-30` model.
     public let type: String
     /// The HTTP status the model gives it.
-    public let status: Int
+    public let statusCode: Int
     /// What went wrong and where.
     public let message: String
     /// For a request refused before it was authenticated: why, and the access key id it claimed,
     /// for the server's log only (the caller gets `message`).
     var refusal: AuthRefusal? = nil
 
-    public var description: String { "\(type) (\(status)): \(message)" }
+    public var description: String { "\(type) (\(statusCode)): \(message)" }
 
     /// An error of the model's `type` with its `status`.
     public init(type: String, status: Int, message: String) {
         self.type = type
-        self.status = status
+        self.statusCode = status
         self.message = message
     }
 
@@ -117,5 +119,15 @@ struct AuthRefusal: Sendable, Equatable {
             return "<unreadable>"
         }
         return String(text)
+    }
+}
+
+extension WireError: HTTPResponseError {
+    /// The error's HTTP status.
+    public var status: HTTPResponse.Status { .init(code: statusCode) }
+
+    /// The error as Cognito Sync sends it: its status, `x-amzn-ErrorType` and `{"message"}`.
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        WireResponse.error(self).response
     }
 }

@@ -24,7 +24,9 @@ import SyncLedgerTestSupport
     struct Harness {
         let ledger: Ledger
         let admin: Credential
-        let app: Application<CallbackResponder<ChannelRequestContext>>
+        let app: Application<RouterResponder<SyncLedgerContext>>
+        /// The request counts and latencies the routes record (by operation and status).
+        let metrics = ServerMetrics(startSequence: 0)
 
         init(_ ledger: Ledger) {
             self.ledger = ledger
@@ -36,13 +38,11 @@ import SyncLedgerTestSupport
             let events = EventService(ledger: ledger, authenticator: api.authenticator, options: EventStreamOptions(), maxConnections: 16,
                                       logger: logger, sources: ClientSource())
             let handler = RequestHandler(
-                api: api, events: events, metrics: ServerMetrics(startSequence: 0),
+                api: api, events: events, metrics: metrics,
                 transport: TransportShared(limits: limits, connections: ConnectionRegistry(maximum: 16),
                                            budget: BodyBudget(capacity: 8 << 20, connections: 16, largestBody: 1 << 20), metrics: TransportMetrics()),
                 ledger: ledger, push: nil, maxBodyBytes: 1 << 20, logger: logger)
-            app = Application(responder: CallbackResponder<ChannelRequestContext> { request, context in
-                await handler.respond(request, channel: context.channel)
-            }, logger: logger)
+            app = Application(router: handler.router(), logger: logger)
         }
 
         /// `path` (as sent, percent-encoded) with `query`, signed by `credential` for `service`
@@ -91,6 +91,56 @@ import SyncLedgerTestSupport
             try await server.request(.get, "/metrics", signedBy: server.admin) { response in
                 #expect(response.status == .ok)
                 #expect(String(buffer: response.body).contains("syncledger_"))
+            }
+        }
+    }
+
+    /// Every operation of botocore's Cognito Sync model has its route, and names its operation
+    /// before the signature is checked (an unsigned request is refused, and counted under the
+    /// operation it asked for); paths and methods the model does not have are unknown.
+    @Test func everyCognitoSyncOperationHasItsRoute() async throws {
+        let cases: [(HTTPRequest.Method, String, CognitoOperation)] = [
+            (.get, "/identitypools", .listIdentityPoolUsage),
+            (.get, "/identitypools/p", .describeIdentityPoolUsage),
+            (.post, "/identitypools/p/bulkpublish", .bulkPublish),
+            (.post, "/identitypools/p/getBulkPublishDetails", .getBulkPublishDetails),
+            (.get, "/identitypools/p/events", .getCognitoEvents),
+            (.post, "/identitypools/p/events", .setCognitoEvents),
+            (.get, "/identitypools/p/configuration", .getIdentityPoolConfiguration),
+            (.post, "/identitypools/p/configuration", .setIdentityPoolConfiguration),
+            (.post, "/identitypools/p/identity/i/device", .registerDevice),
+            (.get, "/identitypools/p/identities/i", .describeIdentityUsage),
+            (.get, "/identitypools/p/identities/i/datasets", .listDatasets),
+            (.get, "/identitypools/p/identities/i/datasets/d", .describeDataset),
+            (.post, "/identitypools/p/identities/i/datasets/d", .updateRecords),
+            (.delete, "/identitypools/p/identities/i/datasets/d", .deleteDataset),
+            (.get, "/identitypools/p/identities/i/datasets/d/records", .listRecords),
+            (.post, "/identitypools/p/identities/i/datasets/d/subscriptions/x", .subscribeToDataset),
+            (.delete, "/identitypools/p/identities/i/datasets/d/subscriptions/x", .unsubscribeFromDataset),
+        ]
+        #expect(Set(cases.map(\.2)) == Set(CognitoOperation.allCases))
+        try await withLedger { ledger in
+            let server = Harness(ledger)
+            for (method, path, _) in cases {
+                try await server.request(method, path, signedBy: nil) { response in
+                    #expect(response.status == .forbidden && Self.errorType(response) == "NotAuthorizedException", "\(method) \(path)")
+                }
+            }
+            let counted = server.metrics.render(ledger: ledger)
+            for (_, _, operation) in cases {
+                #expect(counted.contains("syncledger_requests_total{operation=\"\(operation.rawValue)\",status=\"403\"} "), "\(operation)")
+            }
+            for (method, path) in [(HTTPRequest.Method.put, "/identitypools/p"), (.get, "/other"),
+                                   (.get, "/identitypools/p/identities/i/datasets/d/nope"), (.patch, "/identitypools/p/identities/i/datasets/d")] {
+                try await server.request(method, path, signedBy: server.admin) { response in
+                    #expect(response.status == .notFound && Self.errorType(response) == "UnknownOperationException", "\(method) \(path)")
+                }
+            }
+            // A segment that decodes to "..", or an empty one, is refused before any route runs.
+            for path in ["/identitypools/p/identities/%2E%2E/datasets", "/identitypools//identities"] {
+                try await server.request(.get, path, signedBy: server.admin) { response in
+                    #expect(response.status == .badRequest && Self.errorType(response) == "InvalidParameterException", "\(path)")
+                }
             }
         }
     }
@@ -236,6 +286,29 @@ import SyncLedgerTestSupport
             try await server.request(.get, "/ui/", signedBy: nil) { response in
                 #expect(response.status == .forbidden)
             }
+        }
+    }
+
+    /// Operation names come from the routes, never from the caller's text: a made-up Cognito
+    /// Identity target or history-browser view, sent unsigned, is counted as `Unknown`, so an
+    /// unauthenticated caller cannot mint new metric labels (each would be a new series kept in
+    /// memory for the server's life).
+    @Test func callersCannotMintOperationNames() async throws {
+        try await withLedger { ledger in
+            let server = Harness(ledger)
+            for i in 0..<3 {
+                try await server.request(.post, "/", body: "{}", headers: [("x-amz-target", "AWSCognitoIdentityService.Made\(i)Up"),
+                                                                         ("content-type", "application/x-amz-json-1.1")], signedBy: nil) { response in
+                    #expect(response.status == .badRequest)
+                }
+                try await server.request(.get, "/admin/ui/view\(i)", signedBy: nil) { response in
+                    #expect(response.status == .forbidden)
+                }
+            }
+            let counted = server.metrics.render(ledger: ledger)
+            #expect(counted.contains("syncledger_requests_total{operation=\"Identity.Unknown\",status=\"400\"} 3"))
+            #expect(counted.contains("syncledger_requests_total{operation=\"UI.Unknown\",status=\"403\"} 3"))
+            #expect(!counted.contains("Made0Up") && !counted.contains("view0"))
         }
     }
 }

@@ -1,4 +1,7 @@
 import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
 import Testing
 import SyncLedgerTestSupport
 @testable import SyncLedger
@@ -14,19 +17,17 @@ import SyncLedgerTestSupport
                 let head = try #require(try ledger.head(txn, s))
                 try txn.put(ledger.schema.datasets, key: .bigEndian(head.id), value: [0xEE, 0x01, 0x02])
             }
-            let admin = Credential.generate(scope: .admin)
-            let api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: admin))
+            let server = InProcessRouteTests.Harness(ledger)
             let path = "/identitypools/test%3A0/identities/test%3A1/datasets/ds"
-            let signer = SigV4Signer(accessKeyID: admin.accessKeyID, secretAccessKey: admin.secretAccessKey)
-            let headers = signer.sign(method: "GET", host: "h:1", rawPath: path, rawQuery: nil, body: [])
-            let (response, operation, _) = await api.handle(WireRequest(method: "GET", rawPath: path, rawQuery: nil, headers: [("host", "h:1")] + headers, body: []))
-            #expect(operation == "DescribeDataset")
-            #expect(response.status == 500)
-            let message = String(decoding: response.body, as: UTF8.self)
-            let requestID = try #require(response.headers.first { $0.0 == "x-amzn-RequestId" }?.1)
-            #expect(message.contains(requestID), "the answer names the request id to find in the log")
-            #expect(!message.contains("decode") && !message.contains("flags") && !message.contains("test:0/test:1"),
-                    "no internal text: \(message)")
+            try await server.request(.get, path, signedBy: server.admin) { response in
+                #expect(response.status == .internalServerError)
+                let message = String(buffer: response.body)
+                let requestID = try #require(response.headers[HTTPField.Name("x-amzn-RequestId")!])
+                #expect(message.contains(requestID), "the answer names the request id to find in the log")
+                #expect(!message.contains("decode") && !message.contains("flags") && !message.contains("test:0/test:1"),
+                        "no internal text: \(message)")
+            }
+            #expect(server.metrics.render(ledger: ledger).contains("syncledger_requests_total{operation=\"DescribeDataset\",status=\"500\"} 1"))
         }
     }
 }

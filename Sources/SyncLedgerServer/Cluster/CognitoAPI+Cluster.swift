@@ -21,11 +21,11 @@ extension CognitoAPI {
     /// `x-syncledger-shard-owner` — so a balancer (docs/cluster.md, HAProxy) or a client can
     /// send the next request of that identity straight to its owner. An answer the owner gave
     /// (forwarded) carries the owner's own headers.
-    func nameOwner(of shard: Int, in response: inout WireResponse) {
-        guard let cluster else { return }
-        response.headers.append(("x-syncledger-shard", "\(shard)"))
-        response.headers.append(("x-syncledger-shards", "\(cluster.shards.count)"))
-        if let owner = cluster.knownOwner(of: shard) { response.headers.append(("x-syncledger-shard-owner", owner)) }
+    func ownerHeaders(of shard: Int) -> [(String, String)] {
+        guard let cluster else { return [] }
+        var headers = [("x-syncledger-shard", "\(shard)"), ("x-syncledger-shards", "\(cluster.shards.count)")]
+        if let owner = cluster.knownOwner(of: shard) { headers.append(("x-syncledger-shard-owner", owner)) }
+        return headers
     }
 
     /// Lets this node's replica catch up with `shard`'s log before a read (bounded; a replica
@@ -50,16 +50,24 @@ extension CognitoAPI {
 
     /// `/devices` and `/messages` in cluster mode: a device message is a write of the sending
     /// identity's shard; the other writes are the registry's; reads catch up with the registry.
-    func routeRegistryInCluster(_ request: WireRequest, segments: [String], credential: Credential) async throws {
+    func routeRegistryInCluster(_ operation: RegistryOperation, credential: Credential) async throws {
         guard let cluster else { return }
-        if segments == ["messages"], request.method == "POST", case .identity(let pool, let identity) = credential.scope {
+        if operation == .sendMessage, case .identity(let pool, let identity) = credential.scope {
             try await requireOwner(of: cluster.shards.shard(pool: pool, identity: identity))
-        } else if segments.first == "messages" {
+        } else if operation.isMessage {
             return  // consumers: on any node (their positions are the shards', kept in the cluster)
-        } else if request.method == "GET" {
+        } else if operation.route.method == .get {
             await catchUp(shard: ShardMap.registryShard)
         } else {
             try await requireOwner(of: ShardMap.registryShard)
         }
     }
+}
+
+/// A request of a shard another node owns, with the answer its API gives when no owner takes
+/// it (Cognito Identity's awsJson error, where Cognito Sync's is the plain 503):
+/// ``APIMiddleware`` hands the request to the owner, or sends `answer`.
+struct ForwardToOwner: Error {
+    let elsewhere: ShardOwnedElsewhere
+    let answer: WireResponse
 }

@@ -1,15 +1,57 @@
 import Foundation
+import HTTPTypes
 import SyncLedger
 
 /// The device registry's endpoints (`/devices/…`, docs/devices.md): device info and token
 /// sync, login and logout, listing, and custom notifications. SigV4-signed like the Cognito
 /// operations; the pool comes from an identity's credential, or — for the admin — from the
 /// request.
+/// The operations of `/devices` and `/messages`, as logs and metrics name them, with their
+/// routes (`:code` is a device code).
+enum RegistryOperation: String, Sendable, CaseIterable {
+    case syncDevice = "SyncDevice"
+    case syncDeviceToken = "SyncDeviceToken"
+    case loginDevice = "LoginDevice"
+    case logoutDevice = "LogoutDevice"
+    case notifyDevices = "NotifyDevices"
+    case listDevices = "ListDevices"
+    case describeDevice = "DescribeDevice"
+    case deleteDevice = "DeleteDevice"
+    case sendMessage = "SendMessage"
+    case receiveMessages = "ReceiveMessages"
+    case acknowledgeMessages = "AcknowledgeMessages"
+    case listMessageConsumers = "ListMessageConsumers"
+
+    /// The operation's method and path.
+    var route: (method: HTTPRequest.Method, path: String) {
+        switch self {
+        case .syncDevice: (.post, "/devices/sync")
+        case .syncDeviceToken: (.post, "/devices/sync-token")
+        case .loginDevice: (.post, "/devices/login")
+        case .logoutDevice: (.post, "/devices/logout")
+        case .notifyDevices: (.post, "/devices/notify")
+        case .listDevices: (.get, "/devices")
+        case .describeDevice: (.get, "/devices/:code")
+        case .deleteDevice: (.delete, "/devices/:code")
+        case .sendMessage: (.post, "/messages")
+        case .receiveMessages: (.get, "/messages")
+        case .acknowledgeMessages: (.post, "/messages/ack")
+        case .listMessageConsumers: (.get, "/messages/consumers")
+        }
+    }
+
+    /// Whether it is one of `/messages`.
+    var isMessage: Bool { route.path.hasPrefix("/messages") }
+}
+
 extension CognitoAPI {
-    func handleDevices(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
+    /// Runs a `/devices` operation the router matched, its signature checked.
+    /// Returns the answer and the identity involved (for the request log).
+    func handleDevices(_ operation: RegistryOperation, _ context: APIRequest) async throws -> (WireResponse, String?) {
+        let (query, request, credential) = (context.query, context.wire, try context.signer())
         let who = identityScope(credential)
-        switch (request.method, segments.count > 1 ? segments[1] : nil, segments.count) {
-        case ("POST", "sync"?, 2):
+        switch operation {
+        case .syncDevice:
             try requireLeader("SyncDevice")
             let json = try body(request)
             let pool = try poolFor(credential, json["IdentityPoolId"])
@@ -27,16 +69,16 @@ extension CognitoAPI {
             info.locale = try string(json["Locale"], "Locale")
             info.settings = try stringMap(json["Settings"], "Settings")
             let result = try await ledger.syncDevice(pool: pool, caller: registryCaller(credential), code: code, info: info)
-            return (.json(deviceCodeBody(result)), "SyncDevice", who)
-        case ("POST", "sync-token"?, 2):
+            return (.json(deviceCodeBody(result)), who)
+        case .syncDeviceToken:
             try requireLeader("SyncDeviceToken")
             let json = try body(request)
             let pool = try poolFor(credential, json["IdentityPoolId"])
             let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
             let token = try string(json["Token"], "Token")
             try await ledger.syncToken(pool: pool, caller: registryCaller(credential), code: code, token: token)
-            return (.json(deviceCodeBody(code)), "SyncDeviceToken", who)
-        case ("POST", "login"?, 2):
+            return (.json(deviceCodeBody(code)), who)
+        case .loginDevice:
             try requireLeader("LoginDevice")
             guard case .identity(let poolText, let identityText) = credential.scope else {
                 throw WireError.notAuthorized("a login is made with the credentials of the identity that logs in, not the admin's")
@@ -45,16 +87,16 @@ extension CognitoAPI {
             let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
             let subscribeAll = try boolean(json["SubscribeAll"], "SubscribeAll")
             let device = try await ledger.login(pool: try IdentityPoolID(poolText), identity: try IdentityID(identityText), code: code, subscribeAll: subscribeAll)
-            return (.json(deviceBody(device)), "LoginDevice", who)
-        case ("POST", "logout"?, 2):
+            return (.json(deviceBody(device)), who)
+        case .logoutDevice:
             try requireLeader("LogoutDevice")
             let json = try body(request)
             let pool = try poolFor(credential, json["IdentityPoolId"])
             let code = try string(json["DeviceCode"], "DeviceCode", required: true)!
             let caller = try registryCaller(credential)
             let device = try await ledger.logout(pool: pool, caller: caller, code: code)
-            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), "LogoutDevice", who)
-        case ("POST", "notify"?, 2):
+            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), who)
+        case .notifyDevices:
             try requireLeader("NotifyDevices")
             guard case .admin = credential.scope else {
                 throw WireError.notAuthorized("NotifyDevices needs the developer (admin) credential")
@@ -71,8 +113,8 @@ extension CognitoAPI {
             try await offPool { try push.enqueueCustom(notifications) }
             var w = JSONWriter()
             w.beginObject(); w.member("NotificationId", id); w.member("DeviceCount", int: notifications.count); w.endObject()
-            return (.json(w), "NotifyDevices", identity.rawValue)
-        case ("GET", nil, 1):
+            return (.json(w), identity.rawValue)
+        case .listDevices:
             let (pool, identity) = try identityFor(credential, query)
             let ledger = self.ledger
             let devices = try await offPool { try ledger.visibleDevices(pool: pool, identity: identity) }
@@ -84,8 +126,9 @@ extension CognitoAPI {
             for device in devices { writeDevice(&w, device) }
             w.endArray()
             w.endObject()
-            return (.json(w), "ListDevices", identity.rawValue)
-        case ("GET", let code?, 2):
+            return (.json(w), identity.rawValue)
+        case .describeDevice:
+            let code = context.parameter("code") ?? ""
             let pool = try poolFor(credential, queryValue(query, "IdentityPoolId").map { .string($0) })
             try Ledger.validateDeviceCode(code)
             let caller = try registryCaller(credential)
@@ -93,15 +136,16 @@ extension CognitoAPI {
             guard let device = try await offPool({ try ledger.device(pool: pool, id: code) }), caller.mayReach(device) else {
                 throw WireError.notFound("no device with code \"\(code)\" in identity pool \(pool) that these credentials may use")
             }
-            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), "DescribeDevice", who)
-        case ("DELETE", let code?, 2):
+            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), who)
+        case .deleteDevice:
+            let code = context.parameter("code") ?? ""
             try requireLeader("DeleteDevice")
             let pool = try poolFor(credential, queryValue(query, "IdentityPoolId").map { .string($0) })
             let caller = try registryCaller(credential)
             let device = try await ledger.removeDevice(pool: pool, caller: caller, code: code)
-            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), "DeleteDevice", who)
+            return (.json(deviceBody(device, redacted: caller.isCreatorOnly(of: device))), who)
         default:
-            throw WireError.unknownOperation("no device operation is \(request.method) \(request.rawPath.prefix(200))")
+            throw WireError.unknownOperation("\(operation.rawValue) is not a device operation")
         }
     }
 

@@ -12,9 +12,12 @@ extension CognitoAPI {
     /// put a crash exactly there. Nothing else reads it.
     static let crashAfterMessageCommit = ProcessInfo.processInfo.environment["SYNCLEDGER_FAULT"] == "exit-after-message-commit"
 
-    func handleMessages(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
-        switch (request.method, segments.count > 1 ? segments[1] : nil, segments.count) {
-        case ("POST", nil, 1):
+    /// Runs a `/messages` operation the router matched, its signature checked.
+    /// Returns the answer and the identity involved (for the request log).
+    func handleMessages(_ operation: RegistryOperation, _ context: APIRequest) async throws -> (WireResponse, String?) {
+        let (query, request, credential) = (context.query, context.wire, try context.signer())
+        switch operation {
+        case .sendMessage:
             try requireLeader("SendMessage")
             guard case .identity(let poolText, let identityText) = credential.scope else {
                 throw WireError.notAuthorized("messages are sent with the credentials of the device's identity, not the admin's")
@@ -32,12 +35,12 @@ extension CognitoAPI {
             w.beginObject(); w.member("MessageId", ack.messageId); w.member("Sequence", int: ack.sequence); w.endObject()
             var response = WireResponse.json(w)
             if ack.replayed { response.headers.append(("x-syncledger-replayed", "true")) }
-            return (response, "SendMessage", identityText)
-        case ("GET", nil, 1):
+            return (response, identityText)
+        case .receiveMessages:
             try requireAdmin(credential, "ReceiveMessages")
             guard let name = queryValue(query, "consumer") else { throw WireError.invalidParameter("consumer is required") }
             let limit = Int(try queryInt(query, "limit", range: 1...1000) ?? 100)
-            if let cluster { return (try await receiveOnCluster(cluster.consumers, name: name, limit: limit), "ReceiveMessages", nil) }
+            if let cluster { return (try await receiveOnCluster(cluster.consumers, name: name, limit: limit), nil) }
             let ledger = self.ledger
             let (consumer, page) = try await offPool { try ledger.messages(for: name, limit: limit) }
             var w = JSONWriter(capacity: 256 + page.messages.count * 256)
@@ -50,31 +53,31 @@ extension CognitoAPI {
             w.member("LastSequence", int: page.last)
             w.member("SkippedExpired", int: page.skippedExpired)
             w.endObject()
-            return (.json(w), "ReceiveMessages", nil)
-        case ("POST", "ack"?, 2):
+            return (.json(w), nil)
+        case .acknowledgeMessages:
             try requireLeader("AcknowledgeMessages")
             try requireAdmin(credential, "AcknowledgeMessages")
             let json = try body(request)
             let name = try string(json["Consumer"], "Consumer", required: true)!
-            if let cluster { return (try await acknowledgeOnCluster(cluster.consumers, name: name, json: json), "AcknowledgeMessages", nil) }
+            if let cluster { return (try await acknowledgeOnCluster(cluster.consumers, name: name, json: json), nil) }
             let sequence = try integer(json["Sequence"], "Sequence", required: true)!
             guard sequence >= 0 else { throw WireError.invalidParameter("Sequence must not be negative") }
             let consumer = try await ledger.acknowledgeMessages(consumer: name, through: UInt64(sequence))
             var w = JSONWriter()
             w.beginObject(); w.key("Consumer"); writeConsumer(&w, consumer); w.endObject()
-            return (.json(w), "AcknowledgeMessages", nil)
-        case ("GET", "consumers"?, 2):
+            return (.json(w), nil)
+        case .listMessageConsumers:
             try requireAdmin(credential, "ListMessageConsumers")
-            if let cluster { return (try await listOnCluster(cluster.consumers), "ListMessageConsumers", nil) }
+            if let cluster { return (try await listOnCluster(cluster.consumers), nil) }
             let ledger = self.ledger
             let consumers = try await offPool { try ledger.consumers() }
             var w = JSONWriter()
             w.beginObject(); w.key("Consumers"); w.beginArray()
             for c in consumers { writeConsumer(&w, c) }
             w.endArray(); w.endObject()
-            return (.json(w), "ListMessageConsumers", nil)
+            return (.json(w), nil)
         default:
-            throw WireError.unknownOperation("no message operation is \(request.method) \(request.rawPath.prefix(200))")
+            throw WireError.unknownOperation("\(operation.rawValue) is not a message operation")
         }
     }
 

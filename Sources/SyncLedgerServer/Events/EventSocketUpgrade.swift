@@ -71,9 +71,9 @@ extension EventSocket {
                                   .accessControlAllowOrigin: "*"]
         fields[HTTPField.Name("x-amzn-ErrorType")!] = error.type
         fields[HTTPField.Name("x-amzn-RequestId")!] = requestID
-        logger.info("request", metadata: ["op": "GetEvents", "transport": "websocket", "status": "\(error.status)"])
+        logger.info("request", metadata: ["op": "GetEvents", "transport": "websocket", "status": "\(error.statusCode)"])
         try? await http.executeThenClose { _, outbound in
-            try await outbound.write(contentsOf: [.head(HTTPResponse(status: .init(code: error.status), headerFields: fields)), .body(body), .end(nil)])
+            try await outbound.write(contentsOf: [.head(HTTPResponse(status: .init(code: error.statusCode), headerFields: fields)), .body(body), .end(nil)])
         }
     }
 }

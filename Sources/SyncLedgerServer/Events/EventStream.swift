@@ -52,14 +52,14 @@ enum EventStream {
             return (response, EventService.identity(credential), nil)
         } catch {
             var wire = WireError(any: error)
-            if wire.status >= 500 {
+            if wire.statusCode >= 500 {
                 service.logger.error("internal error", metadata: ["request_id": "\(requestID)", "op": "GetEvents", "error": "\(error)"])
-                wire = WireError(type: wire.type, status: wire.status, message: "internal error; the server's log has the details under request id \(requestID)")
+                wire = WireError(type: wire.type, status: wire.statusCode, message: "internal error; the server's log has the details under request id \(requestID)")
             }
             var fields: HTTPFields = [.contentType: "application/json", .accessControlAllowOrigin: "*"]
             fields[HTTPField.Name("x-amzn-ErrorType")!] = wire.type
             fields[HTTPField.Name("x-amzn-RequestId")!] = requestID
-            return (Response(status: .init(code: wire.status), headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: wire.body))), nil, wire.refusal)
+            return (Response(status: .init(code: wire.statusCode), headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: wire.body))), nil, wire.refusal)
         }
     }
 

@@ -20,15 +20,28 @@ extension CognitoAPI {
     static let identityTargetPrefix = "AWSCognitoIdentityService."
 
     /// The operations that need no signature.
+    /// The Cognito Identity operations this server answers (the last seven with a refusal that
+    /// says why it has no IAM roles or tags).
+    static let identityOperations: Set<String> = [
+        "CreateIdentityPool", "DeleteIdentities", "DeleteIdentityPool", "DescribeIdentity", "DescribeIdentityPool",
+        "GetCredentialsForIdentity", "GetId", "GetOpenIdToken", "GetOpenIdTokenForDeveloperIdentity",
+        "ListIdentities", "ListIdentityPools", "LookupDeveloperIdentity", "MergeDeveloperIdentities", "UnlinkDeveloperIdentity",
+        "UnlinkIdentity", "UpdateIdentityPool",
+        "GetIdentityPoolRoles", "SetIdentityPoolRoles", "ListTagsForResource", "TagResource", "UntagResource",
+        "GetPrincipalTagAttributeMap", "SetPrincipalTagAttributeMap",
+    ]
     static let unsignedIdentityOperations: Set<String> = ["GetId", "GetCredentialsForIdentity", "GetOpenIdToken", "UnlinkIdentity"]
 
     /// How long GetCredentialsForIdentity's credentials live.
     static let identityCredentialLifetime: Duration = .seconds(3600)
 
     /// Handles one Cognito Identity request; every failure is the model's error shape.
-    func handleIdentity(_ request: WireRequest, target: String, query: [(String, String)], operation: inout String) async -> WireResponse {
+    /// - Throws: only ``ForwardToOwner``, on a cluster node that does not own the registry shard.
+    func handleIdentity(_ request: WireRequest, target: String, query: [(String, String)], operation: inout String) async throws(ForwardToOwner) -> WireResponse {
         let name = String(target.dropFirst(Self.identityTargetPrefix.count))
-        operation = "Identity." + (name.count <= 64 && name.allSatisfy(\.isASCIILetterOrDigit) ? name : "Unknown")
+        // Only the operations it has name a request in logs and metrics: the target is the
+        // caller's text, before any signature is checked, and must not mint metric labels.
+        operation = "Identity." + (Self.identityOperations.contains(name) ? name : "Unknown")
         do {
             var credential: Credential?
             if !Self.unsignedIdentityOperations.contains(name) {
@@ -50,9 +63,8 @@ extension CognitoAPI {
             var w = JSONWriter()
             w.beginObject(); w.member("__type", "TooManyRequestsException")
             w.member("message", "this call writes the registry shard, which another node owns; retry"); w.endObject()
-            var response = WireResponse(status: 429, headers: [("content-type", "application/x-amz-json-1.1"), ("x-amzn-ErrorType", "TooManyRequestsException")], body: w.bytes)
-            response.forward = elsewhere
-            return response
+            let answer = WireResponse(status: 429, headers: [("content-type", "application/x-amz-json-1.1"), ("x-amzn-ErrorType", "TooManyRequestsException")], body: w.bytes)
+            throw ForwardToOwner(elsewhere: elsewhere, answer: answer)
         } catch {
             let (type, status, message) = Self.identityError(error)
             if status >= 500 { logger.error("internal error", metadata: ["op": "\(operation)", "error": "\(error)"]) }
@@ -67,8 +79,8 @@ extension CognitoAPI {
         if let e = error as? IdentityError { return (e.type, e.status, e.message) }
         if let wire = error as? WireError {
             let type = wire.type == "InvalidParameterException" || wire.type == "NotAuthorizedException" || wire.type == "ResourceNotFoundException"
-                || wire.type == "LimitExceededException" || wire.type == "ResourceConflictException" ? wire.type : (wire.status >= 500 ? "InternalErrorException" : "InvalidParameterException")
-            return (type, wire.status >= 500 ? 500 : 400, wire.message)
+                || wire.type == "LimitExceededException" || wire.type == "ResourceConflictException" ? wire.type : (wire.statusCode >= 500 ? "InternalErrorException" : "InvalidParameterException")
+            return (type, wire.statusCode >= 500 ? 500 : 400, wire.message)
         }
         if let ledger = error as? LedgerError {
             switch ledger.code {

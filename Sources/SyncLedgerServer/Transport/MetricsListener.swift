@@ -59,7 +59,7 @@ enum MetricsListener {
             let wire = WireError(any: error)
             var fields: HTTPFields = [.contentType: "application/json"]
             fields[HTTPField.Name("x-amzn-ErrorType")!] = wire.type
-            return Response(status: .init(code: wire.status), headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: wire.body)))
+            return Response(status: .init(code: wire.statusCode), headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: wire.body)))
         }
     }
 
@@ -71,19 +71,12 @@ enum MetricsListener {
             connections: ConnectionRegistry(maximum: maxConnections, stallGrace: limits.stallGrace),
             budget: BodyBudget(capacity: max(limits.maxBodyBytes, 1 << 20), connections: maxConnections, largestBody: 0),
             metrics: TransportMetrics())
+        let router = Router(context: SyncLedgerContext.self)
+        router.add(middleware: ListenerNotFound())
+        router.get("/metrics") { _, _ in await handler.metricsResponse() }
+        router.get("/health") { _, _ in RequestHandler.health }
         return Application(
-            responder: CallbackResponder<ChannelRequestContext> { request, _ in
-                switch (request.method, request.uri.path) {
-                case (.get, "/metrics"):
-                    return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
-                                    body: .init(byteBuffer: ByteBuffer(string: await handler.renderMetrics())))
-                case (.get, "/health"):
-                    return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}")))
-                default:
-                    return Response(status: .notFound, headers: [.contentType: "text/plain"],
-                                    body: .init(byteBuffer: ByteBuffer(string: "this listener (--metrics-listen) serves GET /metrics and GET /health only\n")))
-                }
-            },
+            router: router,
             server: .guarded(shared, events: nil, tls: nil, logger: logger),
             configuration: .init(address: .hostname(host, port: port), serverName: "SyncLedger", backlog: 256),
             onServerRunning: { channel in
@@ -92,5 +85,18 @@ enum MetricsListener {
                 onListening(bound)
             },
             logger: logger)
+    }
+}
+
+/// The metrics listener's answer to anything but its two routes: a 404 that says what it serves.
+private struct ListenerNotFound: RouterMiddleware {
+    typealias Context = SyncLedgerContext
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound {
+            return Response(status: .notFound, headers: [.contentType: "text/plain"],
+                            body: .init(byteBuffer: ByteBuffer(string: "this listener (--metrics-listen) serves GET /metrics and GET /health only\n")))
+        }
     }
 }

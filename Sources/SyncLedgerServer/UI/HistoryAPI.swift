@@ -28,15 +28,15 @@ extension CognitoAPI {
     /// The most keys listed for one timeline entry.
     static let uiKeysPerEntry = 50
 
-    func handleHistoryUI(_ segments: [String], query: [(String, String)], request: WireRequest, credential: Credential) async throws -> (WireResponse, String, String?) {
-        let name = "UI." + (segments.count == 3 ? segments[2] : "Unknown")
+    /// `GET /admin/ui/<view>`, the router matched and the signature checked. Returns the
+    /// answer, the operation's name (`UI.<view>`) and the identity involved.
+    func handleHistoryUI(_ view: String, _ context: APIRequest) async throws -> (WireResponse, String, String?) {
+        let (query, credential) = (context.query, try context.signer())
+        let name = Self.uiOperation(view)
         guard credential.scope == .admin else { throw WireError.notAuthorized("the history browser needs the developer (admin) credential; \(credential.accessKeyID) is an identity's") }
-        guard request.method == "GET", segments.count == 3 else {
-            throw WireError.unknownOperation("no history browser operation is \(request.method) \(request.rawPath.prefix(200))")
-        }
         let ledger = self.ledger
         var w = JSONWriter(capacity: 4096)
-        switch segments[2] {
+        switch view {
         case "pools":
             let pools = try await offPool { try ledger.browsePools() }
             w.beginObject(); w.key("Pools"); w.beginArray()
@@ -110,10 +110,17 @@ extension CognitoAPI {
         case "status":
             try await writeStatus(query, to: &w)
         default:
-            throw WireError.unknownOperation("no history browser operation is GET \(request.rawPath.prefix(200))")
+            throw WireError.unknownOperation("no history browser operation is GET \(context.wire.rawPath.prefix(200))")
         }
         return (Self.uiJSON(w), name, nil)
     }
+
+    /// The views of `GET /admin/ui/<view>`.
+    static let uiViews: Set<String> = ["pools", "streams", "entries", "record", "diff", "dataset", "status"]
+
+    /// A view's operation name in logs and metrics, `UI.Unknown` for any other text (a path
+    /// segment names it before the signature is checked: it must not mint metric labels).
+    static func uiOperation(_ view: String) -> String { uiViews.contains(view) ? "UI." + view : "UI.Unknown" }
 
     /// A JSON answer of the history browser: never cached, never sniffed.
     static func uiJSON(_ writer: JSONWriter) -> WireResponse {

@@ -39,7 +39,7 @@ enum HistoryPage {
     /// A refusal a person reads in the browser.
     static func refusal(_ error: WireError) -> WireResponse {
         let hint = "\n\nThe history browser opens only from a URL presigned with the admin credential:\n  syncledger ui-url --data DIR --url http://HOST:PORT\n"
-        return WireResponse(status: error.status, headers: headers + [("content-type", "text/plain; charset=utf-8"), ("x-amzn-ErrorType", error.type)],
+        return WireResponse(status: error.statusCode, headers: headers + [("content-type", "text/plain; charset=utf-8"), ("x-amzn-ErrorType", error.type)],
                             body: Array("\(error.type): \(error.message)\(hint)".utf8))
     }
 }
