@@ -1,0 +1,152 @@
+import Foundation
+import Testing
+import SyncLedgerWire
+
+/// A JSON value, to compare two texts whatever their members' order and numbers' spelling.
+private enum JSONValue: Decodable, Equatable {
+    case null, bool(Bool), number(Double), string(String), array([JSONValue]), object([String: JSONValue])
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let n = try? c.decode(Double.self) { self = .number(n) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+
+    subscript(key: String) -> JSONValue? { if case .object(let members) = self { members[key] } else { nil } }
+    subscript(index: Int) -> JSONValue? { if case .array(let items) = self, items.indices.contains(index) { items[index] } else { nil } }
+}
+
+/// The JSON value `bytes` hold.
+private func object(_ bytes: [UInt8]) throws -> JSONValue { try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) }
+
+/// Decodes `json`, expecting a ``WireDecodingError`` about `field`.
+private func expectFailure<T: Decodable>(_ type: T.Type, _ json: String, field: String, _ reason: String? = nil,
+                                         sourceLocation: SourceLocation = #_sourceLocation) {
+    do {
+        _ = try CognitoSync.decode(T.self, from: Array(json.utf8))
+        Issue.record("decoded \(json)", sourceLocation: sourceLocation)
+    } catch {
+        #expect(error.field == field, "\(error)", sourceLocation: sourceLocation)
+        if let reason { #expect(error.reason.contains(reason), "\(error)", sourceLocation: sourceLocation) }
+        #expect("\(error)".hasPrefix(field), sourceLocation: sourceLocation)
+    }
+}
+
+@Suite struct CognitoSyncShapeTests {
+    /// ListRecords as botocore's model has it: a record with its dates as epoch seconds with a
+    /// fraction, a removed record without `Value`.
+    static let listRecords = """
+        {"Records":[{"Key":"color","Value":"blue","SyncCount":3,"LastModifiedDate":1764322037.123,"LastModifiedBy":"us-east-1:1111-bbbb","DeviceLastModifiedDate":1764322030.5},\
+        {"Key":"gone","SyncCount":4,"LastModifiedDate":1764322040,"LastModifiedBy":"us-east-1:1111-bbbb"}],\
+        "NextToken":"page2","Count":2,"DatasetSyncCount":4,"LastModifiedBy":"us-east-1:1111-bbbb","MergedDatasetNames":["old.settings"],\
+        "DatasetExists":true,"DatasetDeletedAfterRequestedSyncCount":false,"SyncSessionToken":"tok/en+="}
+        """
+
+    @Test func listRecordsRoundTrips() throws {
+        let page = try CognitoSync.decode(CognitoSync.ListRecordsResponse.self, from: Array(Self.listRecords.utf8))
+        let records = try #require(page.records)
+        #expect(records.count == 2)
+        #expect(records[0] == CognitoSync.Record(key: "color", value: "blue", syncCount: 3, lastModifiedDate: Timestamp(milliseconds: 1_764_322_037_123),
+                                                 lastModifiedBy: "us-east-1:1111-bbbb", deviceLastModifiedDate: Timestamp(milliseconds: 1_764_322_030_500)))
+        #expect(records[1].value == nil && records[1].deviceLastModifiedDate == nil)
+        #expect(records[1].lastModifiedDate == Timestamp(milliseconds: 1_764_322_040_000))
+        #expect(page.nextToken == "page2" && page.count == 2 && page.datasetSyncCount == 4 && page.mergedDatasetNames == ["old.settings"])
+        #expect(page.datasetExists == true && page.datasetDeletedAfterRequestedSyncCount == false && page.syncSessionToken == "tok/en+=")
+
+        let encoded = try CognitoSync.encode(page)
+        #expect(try CognitoSync.decode(CognitoSync.ListRecordsResponse.self, from: encoded) == page)
+        // The same members and values as botocore's text: PascalCase, dates as numbers, no Value
+        // for the removed record, slashes not escaped.
+        let ours = try object(encoded), theirs = try object(Array(Self.listRecords.utf8))
+        #expect(ours == theirs)
+        #expect(ours["Records"]?[0]?["LastModifiedDate"] == .number(1764322037.123))
+        #expect(ours["Records"]?[1]?["Value"] == nil)
+        #expect(!String(decoding: encoded, as: UTF8.self).contains("\\/"))
+        #expect(String(decoding: encoded, as: UTF8.self).contains("1764322037.123"))
+    }
+
+    @Test func updateRecordsRequestRoundTrips() throws {
+        let text = #"{"SyncSessionToken":"t","DeviceId":"d-1","RecordPatches":[{"Op":"replace","Key":"k","Value":"v","SyncCount":0,"DeviceLastModifiedDate":1764322030.25},{"Op":"remove","Key":"old","SyncCount":7}]}"#
+        let request = try CognitoSync.decode(CognitoSync.UpdateRecordsRequest.self, from: Array(text.utf8))
+        #expect(request == CognitoSync.UpdateRecordsRequest(syncSessionToken: "t", deviceId: "d-1", recordPatches: [
+            RecordPatch(op: .replace, key: "k", value: "v", syncCount: 0, deviceModified: Timestamp(milliseconds: 1_764_322_030_250)),
+            RecordPatch(op: .remove, key: "old", syncCount: 7),
+        ]))
+        let encoded = try CognitoSync.encode(request)
+        #expect((try object(encoded)) == (try object(Array(text.utf8))))
+        #expect(try CognitoSync.decode(CognitoSync.UpdateRecordsRequest.self, from: encoded) == request)
+        // A date is rounded to the millisecond, as the server stores it.
+        let fine = try CognitoSync.decode(RecordPatch.self, from: Array(#"{"Op":"replace","Key":"k","Value":"v","SyncCount":1,"DeviceLastModifiedDate":1.0006}"#.utf8))
+        #expect(fine.deviceModified == Timestamp(milliseconds: 1001))
+
+        let answer = #"{"Records":[{"Key":"k","Value":"v","SyncCount":1,"LastModifiedDate":1764322031.001,"LastModifiedBy":"me"}]}"#
+        let response = try CognitoSync.decode(CognitoSync.UpdateRecordsResponse.self, from: Array(answer.utf8))
+        #expect(response.records?.first?.lastModifiedDate == Timestamp(milliseconds: 1_764_322_031_001))
+        #expect((try object(try CognitoSync.encode(response))) == (try object(Array(answer.utf8))))
+    }
+
+    @Test func datasetsRoundTrip() throws {
+        let dataset = #"{"IdentityId":"us-east-1:1111-bbbb","DatasetName":"settings","CreationDate":1764322000.007,"LastModifiedDate":1764322037.123,"LastModifiedBy":"us-east-1:1111-bbbb","DataStorage":42,"NumRecords":3}"#
+        let list = #"{"Datasets":[\#(dataset),{"DatasetName":"empty"}],"Count":2,"NextToken":"n"}"#
+        let page = try CognitoSync.decode(CognitoSync.ListDatasetsResponse.self, from: Array(list.utf8))
+        #expect(page.datasets?.count == 2 && page.count == 2 && page.nextToken == "n")
+        let first = try #require(page.datasets?.first)
+        #expect(first == CognitoSync.Dataset(identityId: "us-east-1:1111-bbbb", datasetName: "settings", creationDate: Timestamp(milliseconds: 1_764_322_000_007),
+                                             lastModifiedDate: Timestamp(milliseconds: 1_764_322_037_123), lastModifiedBy: "us-east-1:1111-bbbb",
+                                             dataStorage: 42, numRecords: 3))
+        #expect(page.datasets?.last == CognitoSync.Dataset(datasetName: "empty"))
+        #expect((try object(try CognitoSync.encode(page))) == (try object(Array(list.utf8))))
+
+        for text in [#"{"Dataset":\#(dataset)}"#] {
+            let described = try CognitoSync.decode(CognitoSync.DescribeDatasetResponse.self, from: Array(text.utf8))
+            let deleted = try CognitoSync.decode(CognitoSync.DeleteDatasetResponse.self, from: Array(text.utf8))
+            #expect(described.dataset == first && deleted.dataset == first)
+            #expect((try object(try CognitoSync.encode(described))) == (try object(Array(text.utf8))))
+            #expect((try object(try CognitoSync.encode(deleted))) == (try object(Array(text.utf8))))
+        }
+        #expect(try CognitoSync.decode(CognitoSync.DescribeDatasetResponse.self, from: Array("{}".utf8)).dataset == nil)
+    }
+
+    @Test func offlineMergeAnswerRoundTrips() throws {
+        let text = #"{"FastForward":false,"DatasetSyncCount":9,"Records":[{"Key":"a","Value":"1","SyncCount":9},{"Key":"b","SyncCount":9}],"Conflicts":[{"Key":"c","BaseSyncCount":2,"SyncCount":5}]}"#
+        let answer = try CognitoSync.decode(CognitoSync.OfflineMergeResponse.self, from: Array(text.utf8))
+        #expect(answer == CognitoSync.OfflineMergeResponse(
+            fastForward: false, datasetSyncCount: 9,
+            records: [CognitoSync.Record(key: "a", value: "1", syncCount: 9), CognitoSync.Record(key: "b", value: nil, syncCount: 9)],
+            conflicts: [.init(key: "c", baseSyncCount: 2, syncCount: 5)]))
+        #expect((try object(try CognitoSync.encode(answer))) == (try object(Array(text.utf8))))
+    }
+
+    @Test func requestsNameTheirPathsAndQueries() {
+        #expect(CognitoSync.recordsPath(pool: "us-east-1:0000-aaaa", identity: "us-east-1:1111-bbbb", dataset: "my settings")
+            == "/identitypools/us-east-1%3A0000-aaaa/identities/us-east-1%3A1111-bbbb/datasets/my%20settings/records")
+        #expect(CognitoSync.datasetPath(pool: "p:0", identity: "i:1", dataset: "d") == "/identitypools/p%3A0/identities/i%3A1/datasets/d")
+        let records = CognitoSync.ListRecordsRequest(lastSyncCount: 4, nextToken: "a/b", maxResults: 1024)
+        #expect(records.queryItems.map { "\($0.name)=\($0.value)" } == ["lastSyncCount=4", "maxResults=1024", "nextToken=a/b"])
+        #expect(CognitoSync.ListDatasetsRequest(maxResults: 64).queryItems.map(\.name) == ["maxResults"])
+        #expect(CognitoSync.ListRecordsRequest().queryItems.isEmpty)
+    }
+
+    @Test func decodeFailuresNameTheField() {
+        typealias Page = CognitoSync.ListRecordsResponse
+        expectFailure(Page.self, #"{"Records":[{"Key":"a"},{"Value":"b"}]}"#, field: "Records[1].Key", "missing")
+        expectFailure(Page.self, #"{"Records":[{"Key":"a","SyncCount":"3"}]}"#, field: "Records[0].SyncCount", "a number")
+        expectFailure(Page.self, #"{"Records":[{"Key":"a","SyncCount":-1}]}"#, field: "Records[0].SyncCount")
+        expectFailure(Page.self, #"{"Records":[{"Key":"a","LastModifiedDate":"2026-11-28T00:00:00Z"}]}"#, field: "Records[0].LastModifiedDate", "a number")
+        expectFailure(Page.self, #"{"Records":[{"Key":"a","DeviceLastModifiedDate":1e300}]}"#, field: "Records[0].DeviceLastModifiedDate", "epoch seconds")
+        expectFailure(Page.self, #"{"DatasetExists":"yes"}"#, field: "DatasetExists", "a boolean")
+        expectFailure(Page.self, #"{"Records":{"Key":"a"}}"#, field: "Records")
+        expectFailure(Page.self, #"{"Records":[{"Key":"a"}"#, field: "")
+        expectFailure(CognitoSync.UpdateRecordsRequest.self, #"{"RecordPatches":[]}"#, field: "SyncSessionToken", "missing")
+        expectFailure(CognitoSync.UpdateRecordsRequest.self, #"{"SyncSessionToken":"t","RecordPatches":[{"Op":"replace","Key":"k","SyncCount":1},{"Op":"upsert","Key":"k","SyncCount":1}]}"#,
+                      field: "RecordPatches[1].Op")
+        expectFailure(CognitoSync.UpdateRecordsRequest.self, #"{"SyncSessionToken":"t","RecordPatches":[{"Op":"remove","Key":"k"}]}"#,
+                      field: "RecordPatches[0].SyncCount", "missing")
+        expectFailure(CognitoSync.ListDatasetsResponse.self, #"{"Datasets":[{"DatasetName":"a"},{"DatasetName":null}]}"#, field: "Datasets[1].DatasetName")
+        expectFailure(CognitoSync.OfflineMergeResponse.self, #"{"Conflicts":[{"BaseSyncCount":1}]}"#, field: "Conflicts[0].Key", "missing")
+    }
+}
