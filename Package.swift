@@ -111,7 +111,7 @@ let package = Package(
         .target(
             name: "SyncLedgerClient",
             dependencies: [
-                "SyncLedger",
+                "SyncLedgerWire",
                 "LedgerStorage",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -1,3 +1,5 @@
+import Crypto
+
 /// An identity pool id, e.g. `us-east-1:0f3c…`: `[\w-]+:[0-9a-f-]+`, 1–55 characters.
 public struct IdentityPoolID: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// The id as given.
@@ -80,6 +82,18 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
             throw LedgerError(.invalidParameter, "dataset name \(quoted(rawValue)) must be 1-128 characters of A-Z a-z 0-9 _ . : -")
         }
         self.rawValue = rawValue
+    }
+
+    /// The name of the copy of dataset `name` of identity `source` that an identity merge makes
+    /// under the survivor (what ListRecords' `MergedDatasetNames` lists): `<name>.<source>`, or —
+    /// when that passes 128 characters — as much of `name` as fits, `-`, 8 hex digits of its
+    /// SHA-256 and `.<source>`, so two long names never share a copy.
+    public static func mergedCopyName(_ name: String, source: String) -> String {
+        let full = "\(name).\(source)"
+        if full.utf8.count <= 128 { return full }
+        let hash = Hex.encode(SHA256.hash(data: Array(name.utf8)).prefix(4))
+        let keep = 128 - source.utf8.count - 1 - 9
+        return String(name.utf8.prefix(keep))! + "-" + hash + "." + source
     }
 
     /// Whether the name is `.` or `..`.
