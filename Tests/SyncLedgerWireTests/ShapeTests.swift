@@ -27,7 +27,7 @@ private func object(_ bytes: [UInt8]) throws -> JSONValue { try JSONDecoder().de
 private func expectFailure<T: Decodable>(_ type: T.Type, _ json: String, field: String, _ reason: String? = nil,
                                          sourceLocation: SourceLocation = #_sourceLocation) {
     do {
-        _ = try CognitoSync.decode(T.self, from: Array(json.utf8))
+        _ = try WireJSON.decode(T.self, from: Array(json.utf8))
         Issue.record("decoded \(json)", sourceLocation: sourceLocation)
     } catch {
         #expect(error.field == field, "\(error)", sourceLocation: sourceLocation)
@@ -47,7 +47,7 @@ private func expectFailure<T: Decodable>(_ type: T.Type, _ json: String, field: 
         """
 
     @Test func listRecordsRoundTrips() throws {
-        let page = try CognitoSync.decode(CognitoSync.ListRecordsResponse.self, from: Array(Self.listRecords.utf8))
+        let page = try WireJSON.decode(CognitoSync.ListRecordsResponse.self, from: Array(Self.listRecords.utf8))
         let records = try #require(page.records)
         #expect(records.count == 2)
         #expect(records[0] == CognitoSync.Record(key: "color", value: "blue", syncCount: 3, lastModifiedDate: Timestamp(milliseconds: 1_764_322_037_123),
@@ -57,8 +57,8 @@ private func expectFailure<T: Decodable>(_ type: T.Type, _ json: String, field: 
         #expect(page.nextToken == "page2" && page.count == 2 && page.datasetSyncCount == 4 && page.mergedDatasetNames == ["old.settings"])
         #expect(page.datasetExists == true && page.datasetDeletedAfterRequestedSyncCount == false && page.syncSessionToken == "tok/en+=")
 
-        let encoded = try CognitoSync.encode(page)
-        #expect(try CognitoSync.decode(CognitoSync.ListRecordsResponse.self, from: encoded) == page)
+        let encoded = try WireJSON.encode(page)
+        #expect(try WireJSON.decode(CognitoSync.ListRecordsResponse.self, from: encoded) == page)
         // The same members and values as botocore's text: PascalCase, dates as numbers, no Value
         // for the removed record, slashes not escaped.
         let ours = try object(encoded), theirs = try object(Array(Self.listRecords.utf8))
@@ -71,54 +71,54 @@ private func expectFailure<T: Decodable>(_ type: T.Type, _ json: String, field: 
 
     @Test func updateRecordsRequestRoundTrips() throws {
         let text = #"{"SyncSessionToken":"t","DeviceId":"d-1","RecordPatches":[{"Op":"replace","Key":"k","Value":"v","SyncCount":0,"DeviceLastModifiedDate":1764322030.25},{"Op":"remove","Key":"old","SyncCount":7}]}"#
-        let request = try CognitoSync.decode(CognitoSync.UpdateRecordsRequest.self, from: Array(text.utf8))
+        let request = try WireJSON.decode(CognitoSync.UpdateRecordsRequest.self, from: Array(text.utf8))
         #expect(request == CognitoSync.UpdateRecordsRequest(syncSessionToken: "t", deviceId: "d-1", recordPatches: [
             RecordPatch(op: .replace, key: "k", value: "v", syncCount: 0, deviceModified: Timestamp(milliseconds: 1_764_322_030_250)),
             RecordPatch(op: .remove, key: "old", syncCount: 7),
         ]))
-        let encoded = try CognitoSync.encode(request)
+        let encoded = try WireJSON.encode(request)
         #expect((try object(encoded)) == (try object(Array(text.utf8))))
-        #expect(try CognitoSync.decode(CognitoSync.UpdateRecordsRequest.self, from: encoded) == request)
+        #expect(try WireJSON.decode(CognitoSync.UpdateRecordsRequest.self, from: encoded) == request)
         // A date is rounded to the millisecond, as the server stores it.
-        let fine = try CognitoSync.decode(RecordPatch.self, from: Array(#"{"Op":"replace","Key":"k","Value":"v","SyncCount":1,"DeviceLastModifiedDate":1.0006}"#.utf8))
+        let fine = try WireJSON.decode(RecordPatch.self, from: Array(#"{"Op":"replace","Key":"k","Value":"v","SyncCount":1,"DeviceLastModifiedDate":1.0006}"#.utf8))
         #expect(fine.deviceModified == Timestamp(milliseconds: 1001))
 
         let answer = #"{"Records":[{"Key":"k","Value":"v","SyncCount":1,"LastModifiedDate":1764322031.001,"LastModifiedBy":"me"}]}"#
-        let response = try CognitoSync.decode(CognitoSync.UpdateRecordsResponse.self, from: Array(answer.utf8))
+        let response = try WireJSON.decode(CognitoSync.UpdateRecordsResponse.self, from: Array(answer.utf8))
         #expect(response.records?.first?.lastModifiedDate == Timestamp(milliseconds: 1_764_322_031_001))
-        #expect((try object(try CognitoSync.encode(response))) == (try object(Array(answer.utf8))))
+        #expect((try object(try WireJSON.encode(response))) == (try object(Array(answer.utf8))))
     }
 
     @Test func datasetsRoundTrip() throws {
         let dataset = #"{"IdentityId":"us-east-1:1111-bbbb","DatasetName":"settings","CreationDate":1764322000.007,"LastModifiedDate":1764322037.123,"LastModifiedBy":"us-east-1:1111-bbbb","DataStorage":42,"NumRecords":3}"#
         let list = #"{"Datasets":[\#(dataset),{"DatasetName":"empty"}],"Count":2,"NextToken":"n"}"#
-        let page = try CognitoSync.decode(CognitoSync.ListDatasetsResponse.self, from: Array(list.utf8))
+        let page = try WireJSON.decode(CognitoSync.ListDatasetsResponse.self, from: Array(list.utf8))
         #expect(page.datasets?.count == 2 && page.count == 2 && page.nextToken == "n")
         let first = try #require(page.datasets?.first)
         #expect(first == CognitoSync.Dataset(identityId: "us-east-1:1111-bbbb", datasetName: "settings", creationDate: Timestamp(milliseconds: 1_764_322_000_007),
                                              lastModifiedDate: Timestamp(milliseconds: 1_764_322_037_123), lastModifiedBy: "us-east-1:1111-bbbb",
                                              dataStorage: 42, numRecords: 3))
         #expect(page.datasets?.last == CognitoSync.Dataset(datasetName: "empty"))
-        #expect((try object(try CognitoSync.encode(page))) == (try object(Array(list.utf8))))
+        #expect((try object(try WireJSON.encode(page))) == (try object(Array(list.utf8))))
 
         for text in [#"{"Dataset":\#(dataset)}"#] {
-            let described = try CognitoSync.decode(CognitoSync.DescribeDatasetResponse.self, from: Array(text.utf8))
-            let deleted = try CognitoSync.decode(CognitoSync.DeleteDatasetResponse.self, from: Array(text.utf8))
+            let described = try WireJSON.decode(CognitoSync.DescribeDatasetResponse.self, from: Array(text.utf8))
+            let deleted = try WireJSON.decode(CognitoSync.DeleteDatasetResponse.self, from: Array(text.utf8))
             #expect(described.dataset == first && deleted.dataset == first)
-            #expect((try object(try CognitoSync.encode(described))) == (try object(Array(text.utf8))))
-            #expect((try object(try CognitoSync.encode(deleted))) == (try object(Array(text.utf8))))
+            #expect((try object(try WireJSON.encode(described))) == (try object(Array(text.utf8))))
+            #expect((try object(try WireJSON.encode(deleted))) == (try object(Array(text.utf8))))
         }
-        #expect(try CognitoSync.decode(CognitoSync.DescribeDatasetResponse.self, from: Array("{}".utf8)).dataset == nil)
+        #expect(try WireJSON.decode(CognitoSync.DescribeDatasetResponse.self, from: Array("{}".utf8)).dataset == nil)
     }
 
     @Test func offlineMergeAnswerRoundTrips() throws {
         let text = #"{"FastForward":false,"DatasetSyncCount":9,"Records":[{"Key":"a","Value":"1","SyncCount":9},{"Key":"b","SyncCount":9}],"Conflicts":[{"Key":"c","BaseSyncCount":2,"SyncCount":5}]}"#
-        let answer = try CognitoSync.decode(CognitoSync.OfflineMergeResponse.self, from: Array(text.utf8))
+        let answer = try WireJSON.decode(CognitoSync.OfflineMergeResponse.self, from: Array(text.utf8))
         #expect(answer == CognitoSync.OfflineMergeResponse(
             fastForward: false, datasetSyncCount: 9,
             records: [CognitoSync.Record(key: "a", value: "1", syncCount: 9), CognitoSync.Record(key: "b", value: nil, syncCount: 9)],
             conflicts: [.init(key: "c", baseSyncCount: 2, syncCount: 5)]))
-        #expect((try object(try CognitoSync.encode(answer))) == (try object(Array(text.utf8))))
+        #expect((try object(try WireJSON.encode(answer))) == (try object(Array(text.utf8))))
     }
 
     @Test func requestsNameTheirPathsAndQueries() {
@@ -148,5 +148,30 @@ private func expectFailure<T: Decodable>(_ type: T.Type, _ json: String, field: 
                       field: "RecordPatches[0].SyncCount", "missing")
         expectFailure(CognitoSync.ListDatasetsResponse.self, #"{"Datasets":[{"DatasetName":"a"},{"DatasetName":null}]}"#, field: "Datasets[1].DatasetName")
         expectFailure(CognitoSync.OfflineMergeResponse.self, #"{"Conflicts":[{"BaseSyncCount":1}]}"#, field: "Conflicts[0].Key", "missing")
+    }
+}
+
+@Suite struct CognitoIdentityShapeTests {
+    @Test func signInShapesRoundTrip() throws {
+        let getID = #"{"IdentityPoolId":"us-east-1:0000-aaaa","Logins":{"accounts.google.com":"eyJ.a.b"}}"#
+        let request = try WireJSON.decode(CognitoIdentity.GetIdRequest.self, from: Array(getID.utf8))
+        #expect(request == CognitoIdentity.GetIdRequest(identityPoolId: "us-east-1:0000-aaaa", logins: ["accounts.google.com": "eyJ.a.b"]))
+        #expect(try object(try WireJSON.encode(request)) == (try object(Array(getID.utf8))))
+        #expect(try object(try WireJSON.encode(CognitoIdentity.GetIdRequest(identityPoolId: "p:0"))) == (try object(Array(#"{"IdentityPoolId":"p:0"}"#.utf8))))
+        #expect(try WireJSON.decode(CognitoIdentity.GetIdResponse.self, from: Array(#"{"IdentityId":"us-east-1:1111-bbbb"}"#.utf8)).identityId == "us-east-1:1111-bbbb")
+
+        let answer = #"{"IdentityId":"us-east-1:1111-bbbb","Credentials":{"AccessKeyId":"ASIAEXAMPLE","SecretKey":"s/k+","SessionToken":"tok","Expiration":1764325630.5}}"#
+        let credentials = try WireJSON.decode(CognitoIdentity.GetCredentialsForIdentityResponse.self, from: Array(answer.utf8))
+        #expect(credentials == CognitoIdentity.GetCredentialsForIdentityResponse(identityId: "us-east-1:1111-bbbb", credentials: .init(
+            accessKeyId: "ASIAEXAMPLE", secretKey: "s/k+", sessionToken: "tok", expiration: Timestamp(milliseconds: 1_764_325_630_500))))
+        #expect(try object(try WireJSON.encode(credentials)) == (try object(Array(answer.utf8))))
+        let forIdentity = CognitoIdentity.GetCredentialsForIdentityRequest(identityId: "us-east-1:1111-bbbb")
+        #expect(try object(try WireJSON.encode(forIdentity)) == (try object(Array(#"{"IdentityId":"us-east-1:1111-bbbb"}"#.utf8))))
+        #expect(CognitoIdentity.target("GetId") == "AWSCognitoIdentityService.GetId")
+
+        expectFailure(CognitoIdentity.GetCredentialsForIdentityResponse.self, #"{"Credentials":{"AccessKeyId":"a","Expiration":"tomorrow"}}"#,
+                      field: "Credentials.Expiration", "a number")
+        expectFailure(CognitoIdentity.GetIdRequest.self, #"{"Logins":{}}"#, field: "IdentityPoolId", "missing")
+        expectFailure(CognitoIdentity.GetIdRequest.self, #"{"IdentityPoolId":"p:0","Logins":{"a":1}}"#, field: "Logins.a", "a string")
     }
 }

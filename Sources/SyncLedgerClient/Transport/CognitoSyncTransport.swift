@@ -106,7 +106,7 @@ public final class CognitoSyncTransport: SyncTransport {
             return SyncLedgerWire.RecordPatch(op: patch.value == nil ? .remove : .replace, key: patch.key, value: patch.value,
                                               syncCount: patch.syncCount, deviceModified: device)
         })
-        return try CognitoSync.encode(request)
+        return try WireJSON.encode(request)
     }
 
     /// Posts an UpdateRecords body; the records the server answered.
