@@ -75,7 +75,7 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
 
     /// Cognito's pattern and length only: how names already in a ledger (or a segment) are read,
     /// so that a `.` written by an older version stays readable. New writes to a user's dataset
-    /// check ``isDotSegment`` as well (``Ledger/validateChange(_:for:describe:)``).
+    /// check ``isDotSegment`` as well (the domain's `Ledger.validateChange`).
     package init(stored rawValue: String) throws(LedgerError) {
         let utf8 = rawValue.utf8
         guard (1...128).contains(utf8.count), utf8.allSatisfy({ isWordByte($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "-") }) else {
