@@ -13,6 +13,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "SyncLedger", targets: ["SyncLedger"]),
+        .library(name: "SyncLedgerWire", targets: ["SyncLedgerWire"]),
         .library(name: "LedgerStorage", targets: ["LedgerStorage"]),
         .library(name: "SyncLedgerServer", targets: ["SyncLedgerServer"]),
         .library(name: "SyncLedgerClient", targets: ["SyncLedgerClient"]),
@@ -48,10 +49,19 @@ let package = Package(
             dependencies: ["CLMDB", "CZstd", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
+        // The wire vocabulary the server and the client share: SigV4, names, Timestamp,
+        // RecordPatch and the Cognito Sync request and response shapes (docs/client.md).
+        .target(
+            name: "SyncLedgerWire",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
         // The domain: streams, log entries, views, Cognito semantics, replay, verify.
+        // Re-exports SyncLedgerWire.
         .target(
             name: "SyncLedger",
             dependencies: [
+                "SyncLedgerWire",
                 "LedgerStorage",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -101,7 +111,7 @@ let package = Package(
         .target(
             name: "SyncLedgerClient",
             dependencies: [
-                "SyncLedger",
+                "SyncLedgerWire",
                 "LedgerStorage",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -161,6 +171,11 @@ let package = Package(
         .executableTarget(
             name: "ledger-crash-writer",
             dependencies: ["SyncLedger"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SyncLedgerWireTests",
+            dependencies: ["SyncLedgerWire"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import LedgerStorage
 import NIOCore
 import Testing
 import SyncLedgerTestSupport

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerStorage
 import Testing
 import SyncLedgerTestSupport
 @testable import SyncLedger

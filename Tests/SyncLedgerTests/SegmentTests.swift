@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LedgerStorage
 import Testing
 import SyncLedgerTestSupport
 @testable import SyncLedger

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LedgerStorage
 
 /// The keys a cluster's nodes share, each derived by HKDF-SHA256 from the cluster secret (the
 /// shared admin secret, or `--cluster-secret-file`) with an info string of its own, so no key serves

@@ -13,37 +13,6 @@ public struct Record: Hashable, Sendable {
     public var syncCount: UInt64 { state.syncCount }
 }
 
-/// One change an ``Ledger/updateRecords(_:patches:deviceID:caller:sessionToken:)`` call asks for.
-public struct RecordPatch: Hashable, Sendable {
-    /// Cognito's two operations.
-    public enum Operation: String, Sendable, Hashable {
-        /// Set the value.
-        case replace
-        /// Remove the record.
-        case remove
-    }
-
-    /// What to do.
-    public var op: Operation
-    /// The record key.
-    public var key: String
-    /// The new value (required for `.replace`).
-    public var value: String?
-    /// The record's sync count as the caller last saw it; 0 for a record it believes new.
-    public var syncCount: UInt64
-    /// The device's own time of the change, if it sent one.
-    public var deviceModified: Timestamp?
-
-    /// A patch.
-    public init(op: Operation, key: String, value: String? = nil, syncCount: UInt64, deviceModified: Timestamp? = nil) {
-        self.op = op
-        self.key = key
-        self.value = value
-        self.syncCount = syncCount
-        self.deviceModified = deviceModified
-    }
-}
-
 /// What ``Ledger/listRecords(_:after:maxResults:nextToken:)`` returns.
 public struct RecordsPage: Sendable {
     /// The records changed after the requested sync count (removed ones without a value), in

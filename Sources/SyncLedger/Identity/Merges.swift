@@ -38,15 +38,10 @@ public struct MergeSummary: Sendable, Hashable {
 }
 
 extension Ledger {
-    /// The name of the copy of dataset `name` of identity `source` under the survivor:
-    /// `<name>.<source>`, or — when that passes 128 characters — as much of `name` as fits, `-`,
-    /// 8 hex digits of its SHA-256 and `.<source>`, so two long names never share a copy.
+    /// The name of the copy of dataset `name` of identity `source` under the survivor: see
+    /// ``DatasetName/mergedCopyName(_:source:)`` (the client names its local copies the same way).
     public static func mergedDatasetName(_ name: String, source: String) -> String {
-        let full = "\(name).\(source)"
-        if full.utf8.count <= 128 { return full }
-        let hash = Hex.encode(SHA256.hash(data: Array(name.utf8)).prefix(4))
-        let keep = 128 - source.utf8.count - 1 - 9
-        return String(name.utf8.prefix(keep))! + "-" + hash + "." + source
+        DatasetName.mergedCopyName(name, source: source)
     }
 
     static func mergedPrefix(identity: String, root: String) -> String { "merged/\(identity)/\(root)|" }

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerStorage
 import Synchronization
 
 /// What the dispatcher remembers between passes: the subscribers of each dataset and which

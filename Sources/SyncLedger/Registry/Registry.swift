@@ -58,14 +58,6 @@ public struct BulkPublishDetails: Sendable, Hashable, Codable {
     public var failureMessage: String?
 }
 
-extension Timestamp: Codable {
-    public init(from decoder: any Decoder) throws { self.init(milliseconds: try decoder.singleValueContainer().decode(Int64.self)) }
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        try c.encode(milliseconds)
-    }
-}
-
 /// Devices, subscriptions, pool configuration, Cognito events and bulk-publish state live in
 /// system streams of each pool — identity `_syncledger:0` — so they are versioned, hashed and
 /// replicated like every dataset. That identity is reserved: the Cognito API refuses it.

@@ -1,7 +1,7 @@
 public import AsyncHTTPClient
 public import Foundation
 import NIOCore
-import SyncLedger
+import SyncLedgerWire
 import Synchronization
 
 /// One event of the server's live stream (`GET /events`).

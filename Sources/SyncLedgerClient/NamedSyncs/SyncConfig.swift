@@ -1,5 +1,5 @@
 public import Foundation
-import SyncLedger
+import SyncLedgerWire
 
 /// Which way a named sync moves records (Mobile Sync's `syncType`).
 public enum SyncType: String, Sendable, Hashable, Codable, CaseIterable {

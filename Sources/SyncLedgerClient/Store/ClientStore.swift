@@ -1,7 +1,7 @@
 public import Foundation
 import Crypto
 import LedgerStorage
-public import SyncLedger
+public import SyncLedgerWire
 
 /// The client's local store: an LMDB environment in its own directory, written through the
 /// project's storage layer. Every change is one write transaction (durable: it survives kill -9

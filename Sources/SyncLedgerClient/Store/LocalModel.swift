@@ -1,5 +1,6 @@
 public import Foundation
-import SyncLedger
+import LedgerStorage
+import SyncLedgerWire
 
 /// A record in the local store.
 public struct LocalRecord: Sendable, Hashable {

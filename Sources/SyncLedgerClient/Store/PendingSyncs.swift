@@ -1,6 +1,6 @@
 public import Foundation
 import LedgerStorage
-import SyncLedger
+import SyncLedgerWire
 
 /// A sync waiting to run: kept in the store, so it survives restarts.
 public struct PendingSync: Sendable, Hashable {

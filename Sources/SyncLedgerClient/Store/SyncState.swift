@@ -1,6 +1,6 @@
 import Foundation
 import LedgerStorage
-import SyncLedger
+import SyncLedgerWire
 
 /// How a conflict was resolved (see ``SyncHandler/resolve(conflicts:dataset:)``).
 public enum Resolution: Sendable, Hashable {
@@ -157,8 +157,8 @@ extension ClientStore {
                         try removeAllRecords(txn, d.id)
                         continue
                     }
-                    var target = Ledger.mergedDatasetName(name, source: old)
-                    if try dataset(txn, new, target) != nil { target = Ledger.mergedDatasetName(target, source: UUID().uuidString.lowercased()) }
+                    var target = DatasetName.mergedCopyName(name, source: old)
+                    if try dataset(txn, new, target) != nil { target = DatasetName.mergedCopyName(target, source: UUID().uuidString.lowercased()) }
                     d.lastSyncCount = 0
                     try putDataset(txn, new, target, d)
                 }

@@ -1,5 +1,5 @@
 import Foundation
-import SyncLedger
+import SyncLedgerWire
 
 /// What one ``SyncClient/synchronize(_:handler:)`` did.
 public struct SyncReport: Sendable, Hashable {

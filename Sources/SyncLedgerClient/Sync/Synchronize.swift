@@ -1,5 +1,5 @@
 import Foundation
-import SyncLedger
+import SyncLedgerWire
 
 extension SyncClient {
     /// Synchronizes one dataset with the server, as the AWS SDKs' sync managers do (Android's

@@ -2,6 +2,7 @@ public import AsyncHTTPClient
 public import Foundation
 import NIOHTTP1
 import Synchronization
+import SyncLedgerWire
 
 /// Credentials from Cognito Identity's enhanced (simplified) flow against the same server:
 /// `GetId` for an identity when none is cached, then `GetCredentialsForIdentity` with the
@@ -169,41 +170,33 @@ public final class CognitoIdentityCredentials: CredentialsProvider {
     // MARK: Calls
 
     private func getID(_ endpoint: HTTPEndpoint, logins: [String: String]) async throws -> String {
-        var request: [String: Any] = ["IdentityPoolId": pool]
-        if !logins.isEmpty { request["Logins"] = logins }
-        let answer = try await call(endpoint, "GetId", request)
-        guard let id = answer["IdentityId"] as? String, !id.isEmpty else {
+        let request = CognitoIdentity.GetIdRequest(identityPoolId: pool, logins: logins.isEmpty ? nil : logins)
+        let answer = try await call(endpoint, "GetId", request, CognitoIdentity.GetIdResponse.self)
+        guard let id = answer.identityId, !id.isEmpty else {
             throw SyncClientError.server(status: 200, type: "InvalidResponse", message: "GetId answered no IdentityId")
         }
         return id
     }
 
     private func credentialsForIdentity(_ endpoint: HTTPEndpoint, identity: String, logins: [String: String]) async throws -> (String, AWSCredentials) {
-        var request: [String: Any] = ["IdentityId": identity]
-        if !logins.isEmpty { request["Logins"] = logins }
-        let answer = try await call(endpoint, "GetCredentialsForIdentity", request)
-        guard let body = answer["Credentials"] as? [String: Any], let key = body["AccessKeyId"] as? String,
-              let secret = body["SecretKey"] as? String, !key.isEmpty, !secret.isEmpty else {
+        let request = CognitoIdentity.GetCredentialsForIdentityRequest(identityId: identity, logins: logins.isEmpty ? nil : logins)
+        let answer = try await call(endpoint, "GetCredentialsForIdentity", request, CognitoIdentity.GetCredentialsForIdentityResponse.self)
+        guard let body = answer.credentials, let key = body.accessKeyId, let secret = body.secretKey, !key.isEmpty, !secret.isEmpty else {
             throw SyncClientError.server(status: 200, type: "InvalidResponse", message: "GetCredentialsForIdentity answered no Credentials")
         }
-        let expiration = ((body["Expiration"] as? NSNumber)?.doubleValue ?? (body["Expiration"] as? Double)).map(Date.init(timeIntervalSince1970:))
-        let answered = (answer["IdentityId"] as? String).flatMap { $0.isEmpty ? nil : $0 } ?? identity
-        return (answered, AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: body["SessionToken"] as? String, expiration: expiration))
+        let answered = answer.identityId.flatMap { $0.isEmpty ? nil : $0 } ?? identity
+        return (answered, AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: body.sessionToken, expiration: body.expiration?.date))
     }
 
     /// `POST /` with `X-Amz-Target: AWSCognitoIdentityService.<operation>`, unsigned.
-    private func call(_ endpoint: HTTPEndpoint, _ operation: String, _ request: [String: Any]) async throws -> [String: Any] {
-        let body = try JSONSerialization.data(withJSONObject: request)
+    private func call<Answer: Decodable>(_ endpoint: HTTPEndpoint, _ operation: String, _ request: some Encodable, _ answer: Answer.Type) async throws -> Answer {
         let answer = try await HTTPExchange.send(
             client, endpoint: endpoint, method: .POST, path: "/",
-            headers: [("content-type", "application/x-amz-json-1.1"), ("x-amz-target", "AWSCognitoIdentityService.\(operation)")],
-            body: Array(body), timeout: timeout)
+            headers: [("content-type", CognitoIdentity.contentType), ("x-amz-target", CognitoIdentity.target(operation))],
+            body: try WireJSON.encode(request), timeout: timeout)
         guard (200..<300).contains(answer.status) else {
             throw AWSErrorBody(answer).clientError(status: answer.status)
         }
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(answer.body))) as? [String: Any] else {
-            throw SyncClientError.server(status: answer.status, type: "InvalidResponse", message: "\(operation) did not answer a JSON object")
-        }
-        return object
+        return try decodeAnswer(Answer.self, answer, operation: operation)
     }
 }

@@ -1,7 +1,7 @@
 public import AsyncHTTPClient
 public import Foundation
 import NIOHTTP1
-import SyncLedger
+import SyncLedgerWire
 
 /// The Cognito Sync REST API (2014-06-30) over HTTP, as botocore's `cognito-sync` model and
 /// the AWS SDKs speak it: SigV4-signed (service `cognito-sync`) with the provider's
@@ -77,16 +77,16 @@ public final class CognitoSyncTransport: SyncTransport {
         var records: [RemoteRecord] = []
         var nextToken: String?
         for _ in 0..<Self.maxPages {
-            var query = [("lastSyncCount", String(lastSyncCount)), ("maxResults", String(Self.recordsPageSize))]
-            if let nextToken { query.append(("nextToken", nextToken)) }
-            let page = try decodeAnswer(ListRecordsAnswer.self, try await call(.GET, recordsPath(identity, dataset), query: query),
+            let query = CognitoSync.ListRecordsRequest(lastSyncCount: lastSyncCount, nextToken: nextToken, maxResults: Self.recordsPageSize)
+            let path = CognitoSync.recordsPath(pool: pool, identity: identity, dataset: dataset)
+            let page = try decodeAnswer(CognitoSync.ListRecordsResponse.self, try await call(.GET, path, query: query.queryItems),
                                         operation: "ListRecords")
-            records += (page.Records ?? []).map(\.remote)
-            nextToken = page.NextToken.flatMap { $0.isEmpty ? nil : $0 }
+            records += (page.records ?? []).map(RemoteRecord.init)
+            nextToken = page.nextToken.flatMap { $0.isEmpty ? nil : $0 }
             guard nextToken != nil else {
-                return RemoteUpdates(records: records, datasetSyncCount: page.DatasetSyncCount ?? 0, datasetExists: page.DatasetExists ?? false,
-                                     deletedAfterRequestedSyncCount: page.DatasetDeletedAfterRequestedSyncCount ?? false,
-                                     mergedDatasetNames: page.MergedDatasetNames ?? [], syncSessionToken: page.SyncSessionToken ?? "")
+                return RemoteUpdates(records: records, datasetSyncCount: page.datasetSyncCount ?? 0, datasetExists: page.datasetExists ?? false,
+                                     deletedAfterRequestedSyncCount: page.datasetDeletedAfterRequestedSyncCount ?? false,
+                                     mergedDatasetNames: page.mergedDatasetNames ?? [], syncSessionToken: page.syncSessionToken ?? "")
             }
         }
         throw SyncClientError.server(status: 200, type: "InvalidResponse", message: "ListRecords answered more than \(Self.maxPages) pages")
@@ -100,21 +100,19 @@ public final class CognitoSyncTransport: SyncTransport {
 
     /// UpdateRecords' JSON body.
     private static func updateBody(_ patches: [RecordPatch], sessionToken: String, deviceID: String?) throws -> [UInt8] {
-        let request = UpdateRecordsRequest(
-            SyncSessionToken: sessionToken, DeviceId: deviceID,
-            RecordPatches: patches.map {
-                PatchBody(Op: $0.value == nil ? "remove" : "replace", Key: $0.key, Value: $0.value, SyncCount: $0.syncCount,
-                          DeviceLastModifiedDate: $0.deviceLastModified?.timeIntervalSince1970)
-            })
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        return Array(try encoder.encode(request))
+        let request = CognitoSync.UpdateRecordsRequest(syncSessionToken: sessionToken, deviceId: deviceID, recordPatches: patches.map { patch in
+            // The device time to the nearest millisecond, as the server rounds what it is sent.
+            let device = patch.deviceLastModified.map { Timestamp(milliseconds: Int64(($0.timeIntervalSince1970 * 1000).rounded())) }
+            return SyncLedgerWire.RecordPatch(op: patch.value == nil ? .remove : .replace, key: patch.key, value: patch.value,
+                                              syncCount: patch.syncCount, deviceModified: device)
+        })
+        return try WireJSON.encode(request)
     }
 
     /// Posts an UpdateRecords body; the records the server answered.
     private func sendUpdate(identity: String, dataset: String, body: [UInt8]) async throws -> [RemoteRecord] {
-        let answer = try await call(.POST, datasetPath(identity, dataset), body: body)
-        return (try decodeAnswer(UpdateRecordsAnswer.self, answer, operation: "UpdateRecords").Records ?? []).map(\.remote)
+        let answer = try await call(.POST, CognitoSync.datasetPath(pool: pool, identity: identity, dataset: dataset), body: body)
+        return (try decodeAnswer(CognitoSync.UpdateRecordsResponse.self, answer, operation: "UpdateRecords").records ?? []).map(RemoteRecord.init)
     }
 
     /// Changes at least this big as UpdateRecords JSON are also encoded as a segment, and the
@@ -132,32 +130,25 @@ public final class CognitoSyncTransport: SyncTransport {
             var query = [("mode", "offline"), ("syncSessionToken", sessionToken)]
             if let deviceID { query.append(("deviceId", deviceID)) }
             let answer = try await call(.POST, "/segments", query: query, body: segment, contentType: "application/vnd.syncledger.segment")
-            let report = try decodeAnswer(OfflineMergeAnswer.self, answer, operation: "MergeOfflineSegment")
-            if let conflicts = report.Conflicts, !conflicts.isEmpty {
+            let report = try decodeAnswer(CognitoSync.OfflineMergeResponse.self, answer, operation: "MergeOfflineSegment")
+            if let conflicts = report.conflicts, !conflicts.isEmpty {
                 throw SyncClientError.conflict("\(conflicts.count) record(s) changed on the server after sync count \(base)")
             }
-            return (report.Records ?? []).map { RemoteRecord(key: $0.Key, value: $0.Value, syncCount: $0.SyncCount ?? 0) }
+            return (report.records ?? []).map(RemoteRecord.init)
         }
         return try await sendUpdate(identity: identity, dataset: dataset, body: json)
     }
 
-    /// The patches as one offline entry on top of `base`, encoded.
+    /// The patches as one offline entry on top of `base`, encoded (``OfflineSegment``).
     static func offlineSegment(identity: String, pool: String, dataset: String, base: UInt64, patches: [RecordPatch], deviceID: String?) throws -> [UInt8] {
         let stream = try StreamName(pool: pool, identity: identity, dataset: dataset)
-        let events: [Event] = patches.map { p in
-            let device = p.deviceLastModified.map(Timestamp.init)
-            if let value = p.value { return .put(key: p.key, value: value, deviceModified: device) }
-            return .remove(key: p.key, deviceModified: device)
-        }
-        let segment = Segment.offlineChanges(stream: stream, base: base, author: deviceID ?? "device", device: deviceID,
-                                             batches: [(Timestamp(Date()), events)])
-        return try segment.encoded()
+        return try OfflineSegment.encode(stream: stream, base: base, patches: patches, author: deviceID ?? "device", device: deviceID, time: Timestamp(Date()))
     }
 
     /// DeleteDataset; a dataset the server does not have (404) is not an error.
     public func deleteDataset(identity: String, dataset: String) async throws {
         do {
-            _ = try await call(.DELETE, datasetPath(identity, dataset))
+            _ = try await call(.DELETE, CognitoSync.datasetPath(pool: pool, identity: identity, dataset: dataset))
         } catch SyncClientError.notFound {
             // A dataset the server never had (or already deleted): nothing to do.
         }
@@ -168,12 +159,12 @@ public final class CognitoSyncTransport: SyncTransport {
         var datasets: [RemoteDataset] = []
         var nextToken: String?
         for _ in 0..<Self.maxPages {
-            var query = [("maxResults", String(Self.datasetsPageSize))]
-            if let nextToken { query.append(("nextToken", nextToken)) }
-            let page = try decodeAnswer(ListDatasetsAnswer.self, try await call(.GET, datasetsPath(identity), query: query),
+            let query = CognitoSync.ListDatasetsRequest(nextToken: nextToken, maxResults: Self.datasetsPageSize)
+            let page = try decodeAnswer(CognitoSync.ListDatasetsResponse.self,
+                                        try await call(.GET, CognitoSync.datasetsPath(pool: pool, identity: identity), query: query.queryItems),
                                         operation: "ListDatasets")
-            datasets += (page.Datasets ?? []).map(\.remote)
-            nextToken = page.NextToken.flatMap { $0.isEmpty ? nil : $0 }
+            datasets += (page.datasets ?? []).map(RemoteDataset.init)
+            nextToken = page.nextToken.flatMap { $0.isEmpty ? nil : $0 }
             if nextToken == nil { return datasets }
         }
         throw SyncClientError.server(status: 200, type: "InvalidResponse", message: "ListDatasets answered more than \(Self.maxPages) pages")
@@ -182,27 +173,14 @@ public final class CognitoSyncTransport: SyncTransport {
     /// DescribeDataset; nil on a 404.
     public func describeDataset(identity: String, dataset: String) async throws -> RemoteDataset? {
         do {
-            let answer = try await call(.GET, datasetPath(identity, dataset))
-            return try decodeAnswer(DescribeDatasetAnswer.self, answer, operation: "DescribeDataset").Dataset?.remote
+            let answer = try await call(.GET, CognitoSync.datasetPath(pool: pool, identity: identity, dataset: dataset))
+            return try decodeAnswer(CognitoSync.DescribeDatasetResponse.self, answer, operation: "DescribeDataset").dataset.map(RemoteDataset.init)
         } catch SyncClientError.notFound {
             return nil
         }
     }
 
     // MARK: Requests
-
-    private func datasetsPath(_ identity: String) -> String {
-        "/identitypools/\(SigV4.uriEncode(pool))/identities/\(SigV4.uriEncode(identity))/datasets"
-    }
-
-    private func datasetPath(_ identity: String, _ dataset: String) -> String {
-        datasetsPath(identity) + "/" + SigV4.uriEncode(dataset)
-    }
-
-    /// ListRecords' path (UpdateRecords posts to the dataset's own path).
-    private func recordsPath(_ identity: String, _ dataset: String) -> String {
-        datasetPath(identity, dataset) + "/records"
-    }
 
     /// A signed request; an answer that is not 2xx becomes its ``SyncClientError``.
     private func call(_ method: HTTPMethod, _ path: String, query: [(String, String)] = [], body: [UInt8] = [],
@@ -222,82 +200,20 @@ public final class CognitoSyncTransport: SyncTransport {
     }
 }
 
-// MARK: Wire shapes (botocore's cognito-sync model; dates are epoch seconds)
+// MARK: From the shared wire shapes
 
-private struct RecordBody: Decodable {
-    var Key: String
-    var Value: String?
-    var SyncCount: UInt64?
-    var LastModifiedDate: Double?
-    var LastModifiedBy: String?
-    var DeviceLastModifiedDate: Double?
-
-    var remote: RemoteRecord {
-        RemoteRecord(key: Key, value: Value, syncCount: SyncCount ?? 0, lastModified: LastModifiedDate.map(Date.init(timeIntervalSince1970:)),
-                     lastModifiedBy: LastModifiedBy, deviceLastModified: DeviceLastModifiedDate.map(Date.init(timeIntervalSince1970:)))
+extension RemoteRecord {
+    /// A record as the server answered it (a missing sync count is 0).
+    init(_ record: CognitoSync.Record) {
+        self.init(key: record.key, value: record.value, syncCount: record.syncCount ?? 0, lastModified: record.lastModifiedDate?.date,
+                  lastModifiedBy: record.lastModifiedBy, deviceLastModified: record.deviceLastModifiedDate?.date)
     }
 }
 
-private struct OfflineMergeAnswer: Decodable {
-    struct Applied: Decodable {
-        var Key: String
-        var Value: String?
-        var SyncCount: UInt64?
+extension RemoteDataset {
+    /// A dataset as the server described it (missing sizes are 0).
+    init(_ dataset: CognitoSync.Dataset) {
+        self.init(name: dataset.datasetName, created: dataset.creationDate?.date, lastModified: dataset.lastModifiedDate?.date,
+                  lastModifiedBy: dataset.lastModifiedBy, bytes: dataset.dataStorage ?? 0, records: dataset.numRecords ?? 0)
     }
-    struct Conflict: Decodable { var Key: String }
-    var Records: [Applied]?
-    var Conflicts: [Conflict]?
-    var DatasetSyncCount: UInt64?
-}
-
-private struct ListRecordsAnswer: Decodable {
-    var Records: [RecordBody]?
-    var NextToken: String?
-    var DatasetSyncCount: UInt64?
-    var MergedDatasetNames: [String]?
-    var DatasetExists: Bool?
-    var DatasetDeletedAfterRequestedSyncCount: Bool?
-    var SyncSessionToken: String?
-}
-
-private struct PatchBody: Encodable {
-    var Op: String
-    var Key: String
-    var Value: String?
-    var SyncCount: UInt64
-    var DeviceLastModifiedDate: Double?
-}
-
-private struct UpdateRecordsRequest: Encodable {
-    var SyncSessionToken: String
-    var DeviceId: String?
-    var RecordPatches: [PatchBody]
-}
-
-private struct UpdateRecordsAnswer: Decodable {
-    var Records: [RecordBody]?
-}
-
-private struct DatasetBody: Decodable {
-    var DatasetName: String
-    var CreationDate: Double?
-    var LastModifiedDate: Double?
-    var LastModifiedBy: String?
-    var DataStorage: UInt64?
-    var NumRecords: UInt64?
-
-    var remote: RemoteDataset {
-        RemoteDataset(name: DatasetName, created: CreationDate.map(Date.init(timeIntervalSince1970:)),
-                      lastModified: LastModifiedDate.map(Date.init(timeIntervalSince1970:)), lastModifiedBy: LastModifiedBy,
-                      bytes: DataStorage ?? 0, records: NumRecords ?? 0)
-    }
-}
-
-private struct ListDatasetsAnswer: Decodable {
-    var Datasets: [DatasetBody]?
-    var NextToken: String?
-}
-
-private struct DescribeDatasetAnswer: Decodable {
-    var Dataset: DatasetBody?
 }

@@ -2,7 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
-import SyncLedger
+import SyncLedgerWire
 
 /// A server's base address, checked once: `http(s)://host[:port][/prefix]`.
 struct HTTPEndpoint: Sendable {
@@ -159,7 +159,7 @@ struct AWSErrorBody: Sendable {
 /// JSON decoding of an answer body, a failure being the server's.
 func decodeAnswer<T: Decodable>(_ type: T.Type, _ answer: HTTPAnswer, operation: String) throws -> T {
     do {
-        return try JSONDecoder().decode(T.self, from: Data(answer.body))
+        return try WireJSON.decode(T.self, from: answer.body)
     } catch {
         throw SyncClientError.server(status: answer.status, type: "InvalidResponse", message: "\(operation): the answer is not the expected JSON: \(error)")
     }

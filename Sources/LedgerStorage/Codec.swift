@@ -1,5 +1,3 @@
-import LedgerStorage
-
 /// Appends the binary forms used on disk: fixed big-endian integers (keys, so that byte order is
 /// numeric order), LEB128 varints and length-prefixed UTF-8 strings (values).
 package struct ByteWriter {

@@ -1,4 +1,4 @@
-import LedgerStorage
+import Crypto
 
 /// An identity pool id, e.g. `us-east-1:0f3c…`: `[\w-]+:[0-9a-f-]+`, 1–55 characters.
 public struct IdentityPoolID: Hashable, Sendable, Comparable, CustomStringConvertible {
@@ -75,8 +75,8 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
 
     /// Cognito's pattern and length only: how names already in a ledger (or a segment) are read,
     /// so that a `.` written by an older version stays readable. New writes to a user's dataset
-    /// check ``isDotSegment`` as well (``Ledger/validateChange(_:for:describe:)``).
-    init(stored rawValue: String) throws(LedgerError) {
+    /// check ``isDotSegment`` as well (the domain's `Ledger.validateChange`).
+    package init(stored rawValue: String) throws(LedgerError) {
         let utf8 = rawValue.utf8
         guard (1...128).contains(utf8.count), utf8.allSatisfy({ isWordByte($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "-") }) else {
             throw LedgerError(.invalidParameter, "dataset name \(quoted(rawValue)) must be 1-128 characters of A-Z a-z 0-9 _ . : -")
@@ -84,8 +84,20 @@ public struct DatasetName: Hashable, Sendable, Comparable, CustomStringConvertib
         self.rawValue = rawValue
     }
 
+    /// The name of the copy of dataset `name` of identity `source` that an identity merge makes
+    /// under the survivor (what ListRecords' `MergedDatasetNames` lists): `<name>.<source>`, or —
+    /// when that passes 128 characters — as much of `name` as fits, `-`, 8 hex digits of its
+    /// SHA-256 and `.<source>`, so two long names never share a copy.
+    public static func mergedCopyName(_ name: String, source: String) -> String {
+        let full = "\(name).\(source)"
+        if full.utf8.count <= 128 { return full }
+        let hash = Hex.encode(SHA256.hash(data: Array(name.utf8)).prefix(4))
+        let keep = 128 - source.utf8.count - 1 - 9
+        return String(name.utf8.prefix(keep))! + "-" + hash + "." + source
+    }
+
     /// Whether the name is `.` or `..`.
-    var isDotSegment: Bool { rawValue == "." || rawValue == ".." }
+    package var isDotSegment: Bool { rawValue == "." || rawValue == ".." }
 
     public var description: String { rawValue }
     public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
@@ -139,25 +151,26 @@ public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertibl
     /// `pool/identity/dataset`.
     public var description: String { "\(pool)/\(identity)/\(dataset)" }
 
-    /// Whether it is one of SyncLedger's own streams rather than a Cognito dataset: a system
-    /// stream of a pool (identity `_syncledger:0`) or an identity's reserved dataset (its
-    /// messages). They count in no dataset limit or usage, and no push or event is made of them.
-    public var isInternal: Bool { storage.identity == Ledger.systemIdentity || storage.dataset.isReserved }
-
     public static func == (a: Self, b: Self) -> Bool { a.storage === b.storage || a.storage.key == b.storage.key }
-    public func hash(into hasher: inout Hasher) { hasher.combine(contentsOf: storage.key) }
+    /// Hashes the three names (equal keys have equal names, as NUL separates them and is in
+    /// none), each by `String`'s own hashing, which feeds UTF-8 in bulk.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(storage.pool.rawValue)
+        hasher.combine(storage.identity.rawValue)
+        hasher.combine(storage.dataset.rawValue)
+    }
     public static func < (a: Self, b: Self) -> Bool { a.key.lexicographicallyPrecedes(b.key) }
 
     /// An identifier of this value's storage, equal for copies of it: a cheap first test where
     /// names mostly come from one source (see `StreamNumbering`).
-    var instanceID: ObjectIdentifier { ObjectIdentifier(storage) }
+    package var instanceID: ObjectIdentifier { ObjectIdentifier(storage) }
 
     /// The storage key and canonical form: the three UTF-8 names separated by NUL bytes
     /// (NUL appears in none of them), so keys of one identity and of one pool are prefixes.
-    var key: [UInt8] { storage.key }
+    package var key: [UInt8] { storage.key }
 
     /// Parses ``key``.
-    init(key: some Collection<UInt8>) throws(LedgerError) {
+    package init(key: some Collection<UInt8>) throws(LedgerError) {
         let parts = key.split(separator: 0, maxSplits: 3, omittingEmptySubsequences: false)
         guard parts.count == 3 else {
             throw LedgerError(.corruptData, "stream key of \(key.count) bytes has \(parts.count) parts, not 3")
@@ -167,7 +180,7 @@ public struct StreamName: Hashable, Sendable, Comparable, CustomStringConvertibl
     }
 
     /// The key prefix of every stream of one identity.
-    static func prefix(pool: IdentityPoolID, identity: IdentityID? = nil) -> [UInt8] {
+    package static func prefix(pool: IdentityPoolID, identity: IdentityID? = nil) -> [UInt8] {
         var bytes = Array(pool.rawValue.utf8)
         bytes.append(0)
         if let identity {
@@ -183,7 +196,8 @@ private func isWordByte(_ b: UInt8) -> Bool {
     (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) || b == 0x5f
 }
 
-func quoted(_ s: String) -> String {
+/// `s` in double quotes, cut at 80 characters: how an error message shows a value it refuses.
+package func quoted(_ s: String) -> String {
     let shown = s.count > 80 ? String(s.prefix(80)) + "…" : s
     return "\"\(shown)\""
 }

@@ -70,6 +70,13 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public let expected: UInt64
         /// The record's current sync count.
         public let actual: UInt64
+
+        /// A conflict on `key`: the caller sent `expected`, the record is at `actual`.
+        public init(key: String, expected: UInt64, actual: UInt64) {
+            self.key = key
+            self.expected = expected
+            self.actual = actual
+        }
     }
 
     /// What kind of error.
