@@ -32,21 +32,18 @@ extension CognitoAPI {
                 throw ShardOwnedElsewhere(shard: shard, owner: await cluster.owner(of: shard))
             }
         }
-        var w = JSONWriter(capacity: 256 + page.records.count * 128)
-        w.beginObject()
-        w.key("Records"); w.beginArray()
-        for record in page.records { writeRecord(&w, record) }
-        w.endArray()
-        w.member("NextToken", page.nextToken)
-        w.member("Count", int: page.records.count)
-        w.member("DatasetSyncCount", int: page.datasetSyncCount)
-        w.member("LastModifiedBy", page.lastModifiedBy)
-        w.key("MergedDatasetNames"); w.beginArray(); for name in page.mergedDatasetNames { w.string(name) }; w.endArray()
-        w.member("DatasetExists", bool: page.datasetExists)
-        w.member("DatasetDeletedAfterRequestedSyncCount", bool: page.datasetDeletedAfterRequestedSyncCount)
-        w.member("SyncSessionToken", page.syncSessionToken)
-        w.endObject()
-        return .json(w)
+        let answer = CognitoSync.ListRecordsResponse(
+            records: page.records.map(Self.wireRecord), nextToken: page.nextToken, count: page.records.count,
+            datasetSyncCount: page.datasetSyncCount, lastModifiedBy: page.lastModifiedBy, mergedDatasetNames: page.mergedDatasetNames,
+            datasetExists: page.datasetExists, datasetDeletedAfterRequestedSyncCount: page.datasetDeletedAfterRequestedSyncCount,
+            syncSessionToken: page.syncSessionToken)
+        return try .json(answer)
+    }
+
+    /// A record in the wire's shape.
+    static func wireRecord(_ record: Record) -> CognitoSync.Record {
+        CognitoSync.Record(key: record.key, value: record.value, syncCount: record.syncCount, lastModifiedDate: record.state.lastModified,
+                           lastModifiedBy: record.state.lastModifiedBy, deviceLastModifiedDate: record.state.deviceModified)
     }
 
     /// The pool's SyncTrigger for this caller: none for the developer's (admin) credential, as in
@@ -90,26 +87,9 @@ extension CognitoAPI {
         }
         let result = try await ledger.updateRecords(s, patches: patches, deviceID: deviceID, caller: caller(credential), sessionToken: token,
                                                     idempotencyKey: request.header("idempotency-key"), trigger: try syncTrigger(s.pool, credential))
-        var w = JSONWriter(capacity: 64 + result.records.count * 128)
-        w.beginObject()
-        w.key("Records"); w.beginArray()
-        for record in result.records { writeRecord(&w, record) }
-        w.endArray()
-        w.endObject()
-        var response = WireResponse.json(w)
+        var response = try WireResponse.json(CognitoSync.UpdateRecordsResponse(records: result.records.map(Self.wireRecord)))
         if result.replayed { response.headers.append(("x-syncledger-replayed", "true")) }
         return response
-    }
-
-    func writeRecord(_ w: inout JSONWriter, _ record: Record) {
-        w.beginObject()
-        w.member("Key", record.key)
-        w.member("Value", record.value)
-        w.member("SyncCount", int: record.syncCount)
-        w.member("LastModifiedDate", date: record.state.lastModified.milliseconds)
-        w.member("LastModifiedBy", record.state.lastModifiedBy)
-        w.member("DeviceLastModifiedDate", date: record.state.deviceModified?.milliseconds)
-        w.endObject()
     }
 
     // MARK: Datasets and usage
@@ -119,27 +99,14 @@ extension CognitoAPI {
         let (pool, id, next) = (try poolID(route), try identityID(route), queryValue(query, "nextToken"))
         let ledger = self.ledger
         let page = try await offPool { try ledger.listDatasets(pool: pool, identity: id, maxResults: max, nextToken: next) }
-        var w = JSONWriter()
-        w.beginObject()
-        w.key("Datasets"); w.beginArray()
-        for d in page.datasets { writeDataset(&w, d) }
-        w.endArray()
-        w.member("Count", int: page.datasets.count)
-        w.member("NextToken", page.nextToken)
-        w.endObject()
-        return .json(w)
+        return try .json(CognitoSync.ListDatasetsResponse(datasets: page.datasets.map(Self.wireDataset), count: page.datasets.count,
+                                                           nextToken: page.nextToken))
     }
 
-    func writeDataset(_ w: inout JSONWriter, _ d: DatasetDescription) {
-        w.beginObject()
-        w.member("IdentityId", d.stream.identity.rawValue)
-        w.member("DatasetName", d.stream.dataset.rawValue)
-        w.member("CreationDate", date: d.created.milliseconds)
-        w.member("LastModifiedDate", date: d.lastModified.milliseconds)
-        w.member("LastModifiedBy", d.lastModifiedBy)
-        w.member("DataStorage", int: d.dataStorage)
-        w.member("NumRecords", int: d.numRecords)
-        w.endObject()
+    /// A dataset in the wire's shape.
+    static func wireDataset(_ d: DatasetDescription) -> CognitoSync.Dataset {
+        CognitoSync.Dataset(identityId: d.stream.identity.rawValue, datasetName: d.stream.dataset.rawValue, creationDate: d.created,
+                            lastModifiedDate: d.lastModified, lastModifiedBy: d.lastModifiedBy, dataStorage: d.dataStorage, numRecords: d.numRecords)
     }
 
     func writePoolUsage(_ w: inout JSONWriter, _ u: PoolUsage) {

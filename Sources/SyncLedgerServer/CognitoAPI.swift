@@ -17,6 +17,11 @@ struct WireResponse: Sendable {
         WireResponse(status: 200, headers: [("content-type", "application/json")], body: writer.bytes)
     }
 
+    /// A wire shape (``SyncLedgerWire``) as a JSON answer: the same types the client decodes.
+    static func json(_ shape: some Encodable) throws -> WireResponse {
+        WireResponse(status: 200, headers: [("content-type", "application/json")], body: try WireJSON.encode(shape))
+    }
+
     static func error(_ error: WireError) -> WireResponse {
         WireResponse(status: error.statusCode, headers: [("content-type", "application/json"), ("x-amzn-ErrorType", error.type)], body: error.body,
                      refusal: error.refusal)
@@ -199,16 +204,12 @@ struct CognitoAPI: Sendable {
         case .updateRecords: return try await updateRecords(route, request, credential)
         case .deleteDataset:
             let before = try await ledger.deleteDataset(try stream(route), caller: caller(credential))
-            var w = JSONWriter()
-            w.beginObject(); w.key("Dataset"); writeDataset(&w, before); w.endObject()
-            return .json(w)
+            return try .json(CognitoSync.DeleteDatasetResponse(dataset: Self.wireDataset(before)))
         case .describeDataset:
             let s = try stream(route)
             let ledger = self.ledger
             let d = try await offPool { try ledger.describeDataset(s) }
-            var w = JSONWriter()
-            w.beginObject(); w.key("Dataset"); writeDataset(&w, d); w.endObject()
-            return .json(w)
+            return try .json(CognitoSync.DescribeDatasetResponse(dataset: Self.wireDataset(d)))
         case .listDatasets: return try await listDatasets(route, query)
         case .describeIdentityUsage:
             let (pool, id) = (try poolID(route), try identityID(route))

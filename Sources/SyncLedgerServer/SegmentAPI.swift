@@ -93,7 +93,7 @@ extension CognitoAPI {
         }
         let report = try await ledger.mergeOffline(segment, deviceID: value("deviceId"), caller: caller(credential),
                                                    sessionToken: value("syncSessionToken"), partial: value("partial") == "true")
-        return (.json(offlineReport(report)), "MergeOfflineSegment", stream.identity.rawValue)
+        return (try .json(offlineReport(report)), "MergeOfflineSegment", stream.identity.rawValue)
     }
 
     /// Refuses an identity's credential for another identity's stream.
@@ -110,26 +110,11 @@ extension CognitoAPI {
         return n
     }
 
-    private func offlineReport(_ report: OfflineMergeReport) -> JSONWriter {
-        var w = JSONWriter()
-        w.beginObject()
-        w.member("FastForward", bool: report.fastForward)
-        w.member("DatasetSyncCount", int: report.syncCount)
-        w.key("Records"); w.beginArray()
-        for record in report.applied {
-            w.beginObject()
-            w.member("Key", record.key)
-            w.member("Value", record.value)
-            w.member("SyncCount", int: record.syncCount)
-            w.endObject()
-        }
-        w.endArray()
-        w.key("Conflicts"); w.beginArray()
-        for c in report.conflicts {
-            w.beginObject(); w.member("Key", c.key); w.member("BaseSyncCount", int: c.expected); w.member("SyncCount", int: c.actual); w.endObject()
-        }
-        w.endArray()
-        w.endObject()
-        return w
+    /// The offline merge's answer, in the shape the client decodes.
+    private func offlineReport(_ report: OfflineMergeReport) -> CognitoSync.OfflineMergeResponse {
+        CognitoSync.OfflineMergeResponse(
+            fastForward: report.fastForward, datasetSyncCount: report.syncCount,
+            records: report.applied.map { CognitoSync.Record(key: $0.key, value: $0.value, syncCount: $0.syncCount) },
+            conflicts: report.conflicts.map { CognitoSync.OfflineMergeResponse.Conflict(key: $0.key, baseSyncCount: $0.expected, syncCount: $0.actual) })
     }
 }
