@@ -62,29 +62,8 @@ extension CognitoAPI {
 
     func updateRecords(_ route: Route, _ request: WireRequest, _ credential: Credential) async throws -> WireResponse {
         let s = try stream(route)
-        let json = try body(request)
-        let token = try string(json["SyncSessionToken"], "SyncSessionToken", required: true)
-        let deviceID = try string(json["DeviceId"], "DeviceId")
-        var patches: [RecordPatch] = []
-        switch json["RecordPatches"] {
-        case nil, .null?: break
-        case .array(let items)?:
-            for (i, item) in items.enumerated() {
-                let path = "RecordPatches[\(i)]"
-                guard case .object = item else { throw WireError.invalidParameter("\(path) must be an object, not \(item.typeName)") }
-                let opText = try string(item["Op"], "\(path).Op", required: true)!
-                guard let op = RecordPatch.Operation(rawValue: opText) else {
-                    throw WireError.invalidParameter("\(path).Op must be replace or remove, not \"\(opText.prefix(40))\"")
-                }
-                let key = try string(item["Key"], "\(path).Key", required: true)!
-                let value = try string(item["Value"], "\(path).Value")
-                let count = try integer(item["SyncCount"], "\(path).SyncCount", required: true)!
-                guard count >= 0 else { throw WireError.invalidParameter("\(path).SyncCount must not be negative") }
-                let device = try date(item["DeviceLastModifiedDate"], "\(path).DeviceLastModifiedDate")
-                patches.append(RecordPatch(op: op, key: key, value: value, syncCount: UInt64(count), deviceModified: device))
-            }
-        case let other?: throw WireError.invalidParameter("RecordPatches must be an array, not \(other.typeName)")
-        }
+        let body = try decode(CognitoSync.UpdateRecordsRequest.self, request)
+        let (token, deviceID, patches) = (body.syncSessionToken, body.deviceId, body.recordPatches ?? [])
         let result = try await ledger.updateRecords(s, patches: patches, deviceID: deviceID, caller: caller(credential), sessionToken: token,
                                                     idempotencyKey: request.header("idempotency-key"), trigger: try syncTrigger(s.pool, credential))
         var response = try WireResponse.json(CognitoSync.UpdateRecordsResponse(records: result.records.map(Self.wireRecord)))

@@ -149,6 +149,23 @@ struct CognitoAPI: Sendable {
         return value
     }
 
+    /// A request body in its wire shape (``SyncLedgerWire``); an empty body is `{}`.
+    ///
+    /// The body passes the strict parser first (``body(_:)``: RFC 8259, UTF-8, nesting depth,
+    /// the position of a syntax error), then Foundation's decoder reads the shape. Foundation's
+    /// decoder alone, on Linux, answers every syntax error with "The given data was not valid
+    /// JSON." — no position, no reason — and takes numbers such as `00`.
+    /// - Throws: InvalidParameterException saying where the body is not JSON, or naming the
+    ///   member that is missing or malformed (`RecordPatches[2].SyncCount`).
+    func decode<T: Decodable>(_ shape: T.Type, _ request: WireRequest) throws -> T {
+        _ = try body(request)
+        do {
+            return try WireJSON.decode(T.self, from: request.body.isEmpty ? Array("{}".utf8) : request.body)
+        } catch {
+            throw WireError.invalidParameter(error.description)
+        }
+    }
+
     func body(_ request: WireRequest) throws -> JSON {
         if request.body.isEmpty { return .object([]) }
         let json: JSON

@@ -58,7 +58,9 @@ public struct WireDecodingError: Error, Sendable, Hashable, CustomStringConverti
         case .typeMismatch(let type, let context):
             self.init(field: path(context.codingPath), reason: "is not \(Self.expected(type)): \(context.debugDescription)")
         case .dataCorrupted(let context):
-            self.init(field: path(context.codingPath), reason: context.debugDescription)
+            // Foundation's parser puts what and where (line, column) in the underlying error.
+            let detail = context.underlyingError.map { " (\($0))" } ?? ""
+            self.init(field: path(context.codingPath), reason: context.debugDescription + detail)
         @unknown default:
             self.init(field: "", reason: "\(error)")
         }
@@ -69,6 +71,8 @@ public struct WireDecodingError: Error, Sendable, Hashable, CustomStringConverti
         case is String.Type: "a string"
         case is Bool.Type: "a boolean"
         case is Double.Type, is Int.Type, is Int64.Type, is UInt64.Type: "a number"
+        case is [String: Any].Type: "an object"
+        case is [Any].Type: "an array"
         default: "\(type)"
         }
     }
