@@ -5,39 +5,23 @@ import SyncLedger
 extension CognitoAPI {
     // MARK: Configuration
 
-    func pushSync(_ value: JSON?) throws -> PushSyncConfiguration? {
-        guard let value, value != .null else { return nil }
-        guard case .object = value else { throw WireError.invalidParameter("PushSync must be an object, not \(value.typeName)") }
-        var arns: [String]?
-        switch value["ApplicationArns"] {
-        case nil, .null?: break
-        case .array(let items)?:
-            arns = try items.enumerated().map { i, item in
-                let arn = try string(item, "PushSync.ApplicationArns[\(i)]", required: true)!
-                guard matchesApplicationArn(arn) else {
-                    throw WireError.invalidParameter("PushSync.ApplicationArns[\(i)] \"\(arn.prefix(80))\" must match arn:aws:sns:[-0-9a-z]+:\\d+:app/[A-Z_]+/[a-zA-Z0-9_.-]+")
-                }
-                return arn
-            }
-        case let other?: throw WireError.invalidParameter("PushSync.ApplicationArns must be an array, not \(other.typeName)")
+    func pushSync(_ value: CognitoSync.PushSync?) throws -> PushSyncConfiguration? {
+        guard let value else { return nil }
+        for (i, arn) in (value.applicationArns ?? []).enumerated() where !matchesApplicationArn(arn) {
+            throw WireError.invalidParameter("PushSync.ApplicationArns[\(i)] \"\(arn.prefix(80))\" must match arn:aws:sns:[-0-9a-z]+:\\d+:app/[A-Z_]+/[a-zA-Z0-9_.-]+")
         }
-        let role = try string(value["RoleArn"], "PushSync.RoleArn")
-        if let role { try checkRoleArn(role, "PushSync.RoleArn") }
-        return PushSyncConfiguration(applicationArns: arns, roleArn: role)
+        if let role = value.roleArn { try checkRoleArn(role, "PushSync.RoleArn") }
+        return PushSyncConfiguration(applicationArns: value.applicationArns, roleArn: value.roleArn)
     }
 
-    func cognitoStreams(_ value: JSON?) throws -> StreamsConfiguration? {
-        guard let value, value != .null else { return nil }
-        guard case .object = value else { throw WireError.invalidParameter("CognitoStreams must be an object, not \(value.typeName)") }
-        let name = try string(value["StreamName"], "CognitoStreams.StreamName")
-        if let name, !(1...128).contains(name.count) { throw WireError.invalidParameter("CognitoStreams.StreamName must be 1-128 characters") }
-        let role = try string(value["RoleArn"], "CognitoStreams.RoleArn")
-        if let role { try checkRoleArn(role, "CognitoStreams.RoleArn") }
-        let status = try string(value["StreamingStatus"], "CognitoStreams.StreamingStatus")
-        if let status, status != "ENABLED", status != "DISABLED" {
+    func cognitoStreams(_ value: CognitoSync.CognitoStreams?) throws -> StreamsConfiguration? {
+        guard let value else { return nil }
+        if let name = value.streamName, !(1...128).contains(name.count) { throw WireError.invalidParameter("CognitoStreams.StreamName must be 1-128 characters") }
+        if let role = value.roleArn { try checkRoleArn(role, "CognitoStreams.RoleArn") }
+        if let status = value.streamingStatus, status != "ENABLED", status != "DISABLED" {
             throw WireError.invalidParameter("CognitoStreams.StreamingStatus must be ENABLED or DISABLED, not \"\(status.prefix(40))\"")
         }
-        return StreamsConfiguration(streamName: name, roleArn: role, streamingStatus: status)
+        return StreamsConfiguration(streamName: value.streamName, roleArn: value.roleArn, streamingStatus: value.streamingStatus)
     }
 
     func checkRoleArn(_ arn: String, _ path: String) throws {
@@ -60,28 +44,10 @@ extension CognitoAPI {
             && !app[2].isEmpty && app[2].allSatisfy({ $0.isASCIILetterOrDigit || $0 == "_" || $0 == "." || $0 == "-" })
     }
 
-    func configurationBody(_ pool: IdentityPoolID, _ config: PoolConfiguration) -> JSONWriter {
-        var w = JSONWriter()
-        w.beginObject()
-        w.member("IdentityPoolId", pool.rawValue)
-        if let push = config.pushSync {
-            w.key("PushSync"); w.beginObject()
-            if let arns = push.applicationArns {
-                w.key("ApplicationArns"); w.beginArray()
-                for arn in arns { w.string(arn) }
-                w.endArray()
-            }
-            w.member("RoleArn", push.roleArn)
-            w.endObject()
-        }
-        if let streams = config.cognitoStreams {
-            w.key("CognitoStreams"); w.beginObject()
-            w.member("StreamName", streams.streamName)
-            w.member("RoleArn", streams.roleArn)
-            w.member("StreamingStatus", streams.streamingStatus)
-            w.endObject()
-        }
-        w.endObject()
-        return w
+    func configurationBody(_ pool: IdentityPoolID, _ config: PoolConfiguration) -> CognitoSync.IdentityPoolConfigurationResponse {
+        CognitoSync.IdentityPoolConfigurationResponse(
+            identityPoolId: pool.rawValue,
+            pushSync: config.pushSync.map { CognitoSync.PushSync(applicationArns: $0.applicationArns, roleArn: $0.roleArn) },
+            cognitoStreams: config.cognitoStreams.map { CognitoSync.CognitoStreams(streamName: $0.streamName, roleArn: $0.roleArn, streamingStatus: $0.streamingStatus) })
     }
 }

@@ -88,12 +88,9 @@ extension CognitoAPI {
                             lastModifiedDate: d.lastModified, lastModifiedBy: d.lastModifiedBy, dataStorage: d.dataStorage, numRecords: d.numRecords)
     }
 
-    func writePoolUsage(_ w: inout JSONWriter, _ u: PoolUsage) {
-        w.beginObject()
-        w.member("IdentityPoolId", u.pool.rawValue)
-        w.member("SyncSessionsCount", int: u.syncSessionsCount)
-        w.member("DataStorage", int: u.dataStorage)
-        w.member("LastModifiedDate", date: u.lastModified?.milliseconds)
-        w.endObject()
+    /// A pool's usage in the wire's shape.
+    static func wirePoolUsage(_ u: PoolUsage) -> CognitoSync.IdentityPoolUsage {
+        CognitoSync.IdentityPoolUsage(identityPoolId: u.pool.rawValue, syncSessionsCount: UInt64(u.syncSessionsCount), dataStorage: UInt64(u.dataStorage),
+                                      lastModifiedDate: u.lastModified)
     }
 }

@@ -232,45 +232,25 @@ struct CognitoAPI: Sendable {
             let (pool, id) = (try poolID(route), try identityID(route))
             let ledger = self.ledger
             let u = try await offPool { try ledger.identityUsage(pool: pool, identity: id) }
-            var w = JSONWriter()
-            w.beginObject(); w.key("IdentityUsage"); w.beginObject()
-            w.member("IdentityId", u.identity.rawValue)
-            w.member("IdentityPoolId", u.pool.rawValue)
-            w.member("LastModifiedDate", date: u.lastModified?.milliseconds)
-            w.member("DatasetCount", int: u.datasetCount)
-            w.member("DataStorage", int: u.dataStorage)
-            w.endObject(); w.endObject()
-            return .json(w)
+            return try .json(CognitoSync.DescribeIdentityUsageResponse(identityUsage: CognitoSync.IdentityUsage(
+                identityId: u.identity.rawValue, identityPoolId: u.pool.rawValue, lastModifiedDate: u.lastModified,
+                datasetCount: Int(u.datasetCount), dataStorage: UInt64(u.dataStorage))))
         case .describeIdentityPoolUsage:
             let u = try await ledger.poolUsage(try poolID(route))
-            var w = JSONWriter()
-            w.beginObject(); w.key("IdentityPoolUsage"); writePoolUsage(&w, u); w.endObject()
-            return .json(w)
+            return try .json(CognitoSync.DescribeIdentityPoolUsageResponse(identityPoolUsage: Self.wirePoolUsage(u)))
         case .listIdentityPoolUsage:
             let max = Int(try queryInt(query, "maxResults", range: 1...1_000_000) ?? 60)
             // Admin only; it reads the pools' names (one row each) before paging.
             let page = try await ledger.listPools(maxResults: max, nextToken: queryValue(query, "nextToken"))
-            var w = JSONWriter()
-            w.beginObject()
-            w.key("IdentityPoolUsages"); w.beginArray()
-            for u in page.pools { writePoolUsage(&w, u) }
-            w.endArray()
-            w.member("MaxResults", int: max)
-            w.member("Count", int: page.pools.count)
-            w.member("NextToken", page.nextToken)
-            w.endObject()
-            return .json(w)
+            return try .json(CognitoSync.ListIdentityPoolUsageResponse(identityPoolUsages: page.pools.map(Self.wirePoolUsage), maxResults: max,
+                                                                       count: page.pools.count, nextToken: page.nextToken))
         case .registerDevice:
-            let json = try body(request)
-            let platformText = try string(json["Platform"], "Platform", required: true)!
-            guard let platform = Platform(rawValue: platformText), Platform.cognito.contains(platform) else {
-                throw WireError.invalidParameter("Platform must be one of APNS, APNS_SANDBOX, GCM, ADM, not \"\(platformText.prefix(40))\"")
+            let body = try decode(CognitoSync.RegisterDeviceRequest.self, request)
+            guard let platform = Platform(rawValue: body.platform), Platform.cognito.contains(platform) else {
+                throw WireError.invalidParameter("Platform must be one of APNS, APNS_SANDBOX, GCM, ADM, not \"\(body.platform.prefix(40))\"")
             }
-            let token = try string(json["Token"], "Token", required: true)!
-            let id = try await ledger.registerDevice(pool: try poolID(route), identity: try identityID(route), platform: platform, token: token)
-            var w = JSONWriter()
-            w.beginObject(); w.member("DeviceId", id); w.endObject()
-            return .json(w)
+            let id = try await ledger.registerDevice(pool: try poolID(route), identity: try identityID(route), platform: platform, token: body.token)
+            return try .json(CognitoSync.RegisterDeviceResponse(deviceId: id))
         case .subscribeToDataset, .unsubscribeFromDataset:
             let deviceID = route.deviceID ?? ""
             guard (1...256).contains(deviceID.utf8.count) else { throw WireError.invalidParameter("DeviceId must be 1-256 characters") }
@@ -282,31 +262,22 @@ struct CognitoAPI: Sendable {
             return WireResponse(status: 200, headers: [("content-type", "application/json")], body: Array("{}".utf8))
         case .getIdentityPoolConfiguration:
             let pool = try poolID(route)
-            return .json(configurationBody(pool, try ledger.poolConfiguration(pool)))
+            return try .json(configurationBody(pool, try ledger.poolConfiguration(pool)))
         case .setIdentityPoolConfiguration:
             let pool = try poolID(route)
-            let json = try body(request)
-            let push = try pushSync(json["PushSync"])
-            let streams = try cognitoStreams(json["CognitoStreams"])
+            let body = try decode(CognitoSync.SetIdentityPoolConfigurationRequest.self, request)
+            let push = try pushSync(body.pushSync)
+            let streams = try cognitoStreams(body.cognitoStreams)
             let config = try await ledger.setPoolConfiguration(pool, pushSync: push, cognitoStreams: streams, caller: caller(credential))
-            return .json(configurationBody(pool, config))
+            return try .json(configurationBody(pool, config))
         case .getCognitoEvents:
-            let events = try ledger.cognitoEvents(try poolID(route))
-            var w = JSONWriter()
-            w.beginObject(); w.key("Events"); w.beginObject()
-            for (k, v) in events.sorted(by: { $0.key < $1.key }) { w.member(k, v) }
-            w.endObject(); w.endObject()
-            return .json(w)
+            return try .json(CognitoSync.CognitoEvents(events: try ledger.cognitoEvents(try poolID(route))))
         case .setCognitoEvents:
             let pool = try poolID(route)
-            let json = try body(request)
-            guard let eventsJSON = json["Events"] else { throw WireError.invalidParameter("Events is required") }
-            guard case .object(let members) = eventsJSON else { throw WireError.invalidParameter("Events must be an object, not \(eventsJSON.typeName)") }
-            guard members.count <= 1 else { throw WireError.invalidParameter("Events may hold at most 1 entry, not \(members.count)") }
-            var events: [String: String] = [:]
-            for (name, value) in members {
-                guard name == "SyncTrigger" else { throw WireError.invalidParameter("unknown Cognito event \"\(name.prefix(40))\"; the one event is SyncTrigger") }
-                events[name] = try string(value, "Events.\(name)", required: true)
+            guard let events = try decode(CognitoSync.CognitoEvents.self, request).events else { throw WireError.invalidParameter("Events is required") }
+            guard events.count <= 1 else { throw WireError.invalidParameter("Events may hold at most 1 entry, not \(events.count)") }
+            for name in events.keys where name != "SyncTrigger" {
+                throw WireError.invalidParameter("unknown Cognito event \"\(name.prefix(40))\"; the one event is SyncTrigger")
             }
             try await ledger.setCognitoEvents(pool, events, caller: caller(credential))
             return WireResponse(status: 200, body: [])
@@ -316,22 +287,14 @@ struct CognitoAPI: Sendable {
             // pool's datasets through the stream's sink and completes it (on a cluster, the
             // registry shard's owner, where this write runs).
             try await ledger.beginBulkPublish(pool, caller: caller(credential))
-            var w = JSONWriter()
-            w.beginObject(); w.member("IdentityPoolId", pool.rawValue); w.endObject()
-            return .json(w)
+            return try .json(CognitoSync.BulkPublishResponse(identityPoolId: pool.rawValue))
         case .getBulkPublishDetails:
             let pool = try poolID(route)
             let d = try ledger.bulkPublishDetails(pool)
-            var w = JSONWriter()
-            w.beginObject()
-            w.member("IdentityPoolId", pool.rawValue)
-            w.member("BulkPublishStartTime", date: d.started?.milliseconds)
             // As Cognito: the completion time of a success only, the message of a failure only.
-            w.member("BulkPublishCompleteTime", date: d.status == "SUCCEEDED" ? d.completed?.milliseconds : nil)
-            w.member("BulkPublishStatus", d.status)
-            w.member("FailureMessage", d.failureMessage)
-            w.endObject()
-            return .json(w)
+            return try .json(CognitoSync.GetBulkPublishDetailsResponse(
+                identityPoolId: pool.rawValue, bulkPublishStartTime: d.started, bulkPublishCompleteTime: d.status == "SUCCEEDED" ? d.completed : nil,
+                bulkPublishStatus: d.status, failureMessage: d.failureMessage))
         }
     }
 }
