@@ -47,7 +47,7 @@ public struct SyncLedgerEmbedding: Sendable {
         self.hooks = hooks
         self.logger = logger
         self.idempotencyRetention = Ledger.minimumIdempotencyRetention
-        self.handler = RequestHandler(api: api, events: eventService, metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0),
+        self.handler = RequestHandler(api: api, events: eventService, metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, ledger: ledger),
                                       ledger: ledger, push: nil, maxBodyBytes: maxBodyBytes, logger: logger)
     }
 

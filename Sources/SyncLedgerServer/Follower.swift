@@ -99,29 +99,24 @@ final class ReplicationStatus: Sendable {
         digest.write(&w)
     }
 
-    func metrics() -> String {
+    /// Sets the replication series at scrape time: the lag, the errors by reason, whether it
+    /// halted, the pulls by status, and the leader digest checks.
+    func refresh(into scrape: inout MetricsScrape) {
         let s = state.withLock { $0 }
-        var out = """
-            # HELP syncledger_replication_lag_entries Leader entries not yet applied by this follower.
-            # TYPE syncledger_replication_lag_entries gauge
-            syncledger_replication_lag_entries \(lagEntries)
-            # HELP syncledger_replication_lag_seconds Seconds since this follower was last caught up (0 when it is).
-            # TYPE syncledger_replication_lag_seconds gauge
-            syncledger_replication_lag_seconds \(lagSeconds)
-            # HELP syncledger_replication_errors_total Pulls from the leader that merged nothing, by reason.
-            # TYPE syncledger_replication_errors_total counter
-
-            """
+        scrape.gauge("syncledger_replication_lag_entries", help: "Leader entries not yet applied by this follower.", lagEntries)
+        scrape.gauge("syncledger_replication_lag_seconds", help: "Seconds since this follower was last caught up (0 when it is).", lagSeconds)
         for reason in ReplicationFailure.Reason.allCases {
-            out += "syncledger_replication_errors_total{reason=\"\(reason.rawValue)\"} \(s.errors[reason] ?? 0)\n"
+            scrape.counter("syncledger_replication_errors_total", help: "Pulls from the leader that merged nothing, by reason.",
+                           labels: [("reason", reason.rawValue)], total: s.errors[reason] ?? 0)
         }
-        out += "# HELP syncledger_replication_halted 1 while the leader's address answers with another ledger (or an older one): nothing is merged.\n"
-        out += "# TYPE syncledger_replication_halted gauge\nsyncledger_replication_halted \(s.lastErrorReason?.halts == true ? 1 : 0)\n"
-        out += "# HELP syncledger_replication_pulls_total Authenticated feed answers from the leader, by HTTP status.\n# TYPE syncledger_replication_pulls_total counter\n"
+        scrape.gauge("syncledger_replication_halted",
+                     help: "1 while the leader's address answers with another ledger (or an older one): nothing is merged.",
+                     s.lastErrorReason?.halts == true ? 1 : 0)
         for status in [200, 204] {
-            out += "syncledger_replication_pulls_total{status=\"\(status)\"} \(s.pulls[status] ?? 0)\n"
+            scrape.counter("syncledger_replication_pulls_total", help: "Authenticated feed answers from the leader, by HTTP status.",
+                           labels: [("status", String(status))], total: s.pulls[status] ?? 0)
         }
-        return out + digest.metrics()
+        digest.refresh(into: &scrape)
     }
 }
 

@@ -49,18 +49,17 @@ final class LeaderDigestStatus: Sendable {
         w.member("LeaderDigestProblem", s.problem)
     }
 
-    func metrics() -> String {
+    /// Sets the digest-check series at scrape time.
+    func refresh(into scrape: inout MetricsScrape) {
         let s = state.withLock { $0 }
-        var out = "# HELP syncledger_replication_digest_checks_total Checks of the leader's signed digest against this replica, by result.\n"
-        out += "# TYPE syncledger_replication_digest_checks_total counter\n"
         for result in Result.allCases {
-            out += "syncledger_replication_digest_checks_total{result=\"\(result.rawValue)\"} \(s.checks[result] ?? 0)\n"
+            scrape.counter("syncledger_replication_digest_checks_total", help: "Checks of the leader's signed digest against this replica, by result.",
+                           labels: [("result", result.rawValue)], total: s.checks[result] ?? 0)
         }
-        out += "# HELP syncledger_replication_digest_verified_size The largest leader tree size this replica proved it holds.\n"
-        out += "# TYPE syncledger_replication_digest_verified_size gauge\nsyncledger_replication_digest_verified_size \(s.verifiedSize)\n"
-        out += "# HELP syncledger_replication_digest_mismatch 1 while the latest signed digest of the leader does not match this replica (or is not signed by its key).\n"
-        out += "# TYPE syncledger_replication_digest_mismatch gauge\nsyncledger_replication_digest_mismatch \(s.problem == nil ? 0 : 1)\n"
-        return out
+        scrape.gauge("syncledger_replication_digest_verified_size", help: "The largest leader tree size this replica proved it holds.", s.verifiedSize)
+        scrape.gauge("syncledger_replication_digest_mismatch",
+                     help: "1 while the latest signed digest of the leader does not match this replica (or is not signed by its key).",
+                     s.problem == nil ? 0 : 1)
     }
 }
 

@@ -102,7 +102,9 @@ public enum SyncLedgerServer {
             api.followedLeader = client.url
             api.replication = status
         }
-        let push = try client == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, logger: logger) : nil
+        // This server's Prometheus series (`/metrics`), one registry per server.
+        let registry = MetricsRegistry()
+        let push = try client == nil && configuration.push.enabled ? startPush(configuration, ledger: ledger, registry: registry, logger: logger) : nil
         defer { if let push { Self.stopPush(push) } }
         if let cluster, let service = push?.service { Self.pushOnShardOwners(service, cluster: cluster, ledger: ledger) }
         api.push = push?.service
@@ -142,7 +144,7 @@ public enum SyncLedgerServer {
                                   sources: ClientSource(trustedProxies: configuration.identityThrottle.trustedProxies))
         let handler = RequestHandler(
             api: api, events: events,
-            metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, replication: api.replication,
+            metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, registry: registry, ledger: ledger, replication: api.replication,
                                    identityThrottle: api.identityThrottle, identityCapWatch: api.identityCapWatch),
             transport: shared, ledger: ledger, push: push?.service, streams: streams, maxBodyBytes: configuration.maxBodyBytes, logger: logger,
             forwarder: forwarder, cluster: cluster)
@@ -204,7 +206,7 @@ public enum SyncLedgerServer {
     }
 
     /// The push outbox (`DATA/push`), its HTTP client and the delivery service.
-    private static func startPush(_ configuration: ServerConfiguration, ledger: Ledger, logger: Logger) throws -> (service: PushService, client: HTTPClient) {
+    private static func startPush(_ configuration: ServerConfiguration, ledger: Ledger, registry: MetricsRegistry, logger: Logger) throws -> (service: PushService, client: HTTPClient) {
         let tls = try TLSFiles.pushClient(trusting: configuration.push.endpoints.caFile)
         var http = HTTPClient.Configuration(tlsConfiguration: tls, timeout: .init(connect: .seconds(10), read: .seconds(20)))
         http.httpVersion = .automatic
@@ -212,7 +214,7 @@ public enum SyncLedgerServer {
         let client = HTTPClient(eventLoopGroup: threads.loops, configuration: http)
         do {
             let outbox = try PushOutbox(directory: ledger.directory + "/push", durable: ledger.options.durable)
-            return (try PushService(ledger: ledger, outbox: outbox, client: client, threads: threads, options: configuration.push, logger: logger), client)
+            return (try PushService(ledger: ledger, outbox: outbox, client: client, threads: threads, options: configuration.push, registry: registry, logger: logger), client)
         } catch {
             try? client.syncShutdown()
             threads.shutdown()

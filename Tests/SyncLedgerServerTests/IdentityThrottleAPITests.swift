@@ -74,7 +74,7 @@ import SyncLedgerTestSupport
             #expect(refused.status == 429)
             #expect(String(decoding: refused.body, as: UTF8.self).contains("TooManyRequestsException"))
             #expect(await handle(api, call("GetId", getId)).0.status == 429)
-            #expect(api.identityThrottle?.renderMetrics().contains("syncledger_identity_throttled_total{operation=\"UnlinkIdentity\",limit=\"source\"} 1") == true)
+            #expect(api.identityThrottle.map { MetricsRegistry.text($0.refresh) }?.contains("syncledger_identity_throttled_total{operation=\"UnlinkIdentity\",limit=\"source\"} 1") == true)
         }
     }
 }

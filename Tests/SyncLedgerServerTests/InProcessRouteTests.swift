@@ -25,11 +25,13 @@ import SyncLedgerTestSupport
         let ledger: Ledger
         let admin: Credential
         let app: Application<RouterResponder<SyncLedgerContext>>
-        /// The request counts and latencies the routes record (by operation and status).
-        let metrics = ServerMetrics(startSequence: 0)
+        /// The request counts and latencies the routes record (by operation and status), and
+        /// the ledger's group commits from the harness's start.
+        let metrics: ServerMetrics
 
         init(_ ledger: Ledger) {
             self.ledger = ledger
+            metrics = ServerMetrics(startSequence: 0, ledger: ledger)
             let admin = Credential.generate(scope: .admin)
             self.admin = admin
             let logger = Logger(label: "in-process")
@@ -126,7 +128,7 @@ import SyncLedgerTestSupport
                     #expect(response.status == .forbidden && Self.errorType(response) == "NotAuthorizedException", "\(method) \(path)")
                 }
             }
-            let counted = server.metrics.render(ledger: ledger)
+            let counted = server.metrics.text(ledger: ledger)
             for (_, _, operation) in cases {
                 #expect(counted.contains("syncledger_requests_total{operation=\"\(operation.rawValue)\",status=\"403\"} "), "\(operation)")
             }
@@ -305,7 +307,7 @@ import SyncLedgerTestSupport
                     #expect(response.status == .forbidden)
                 }
             }
-            let counted = server.metrics.render(ledger: ledger)
+            let counted = server.metrics.text(ledger: ledger)
             #expect(counted.contains("syncledger_requests_total{operation=\"Identity.Unknown\",status=\"400\"} 3"))
             #expect(counted.contains("syncledger_requests_total{operation=\"UI.Unknown\",status=\"403\"} 3"))
             #expect(!counted.contains("Made0Up") && !counted.contains("view0"))

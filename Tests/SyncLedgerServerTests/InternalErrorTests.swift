@@ -28,7 +28,7 @@ import SyncLedgerTestSupport
                 #expect(!message.contains("decode") && !message.contains("flags") && !message.contains("test:0/test:1"),
                         "no internal text: \(message)")
             }
-            #expect(server.metrics.render(ledger: ledger).contains("syncledger_requests_total{operation=\"DescribeDataset\",status=\"500\"} 1"))
+            #expect(server.metrics.text(ledger: ledger).contains("syncledger_requests_total{operation=\"DescribeDataset\",status=\"500\"} 1"))
         }
     }
 }

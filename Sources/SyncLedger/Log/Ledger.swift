@@ -185,6 +185,12 @@ public final class Ledger: Sendable {
                                 groupSizeBuckets: s.groupSizes.enumerated().map { (1 << $0.offset, $0.element) })
     }
 
+    /// Calls `observer` on the writer thread with the number of callers each group commit from
+    /// now on served (for a metrics histogram; it must be quick and must not write).
+    public func observeGroupCommits(_ observer: @escaping @Sendable (Int) -> Void) {
+        writer.observeGroups(observer)
+    }
+
     /// Bytes of the data file in use.
     public var diskBytes: Int { environment.usedBytes }
 

@@ -30,6 +30,9 @@ final class GroupCommitWriter: @unchecked Sendable {
     private var queue: [Job] = []
     private var closed = false
     private var statsStore = Stats()
+    /// Told each commit's group size after it committed (on the writer thread); only touched
+    /// with `condition` locked.
+    private var groupObservers: [@Sendable (Int) -> Void] = []
     private let finished = DispatchSemaphore(value: 0)
     /// Jobs queued, readable without the lock: the writer polls it for a moment before it
     /// sleeps (see ``idleSpin``).
@@ -54,6 +57,13 @@ final class GroupCommitWriter: @unchecked Sendable {
         let thread = Thread { [self] in self.loop() }
         thread.name = "syncledger-writer"
         thread.start()
+    }
+
+    /// Calls `observer` with the number of callers of every group committed from now on.
+    func observeGroups(_ observer: @escaping @Sendable (Int) -> Void) {
+        condition.lock()
+        groupObservers.append(observer)
+        condition.unlock()
     }
 
     var stats: Stats {
@@ -224,7 +234,9 @@ final class GroupCommitWriter: @unchecked Sendable {
         statsStore.largestGroup = max(statsStore.largestGroup, group.count)
         let bucket = min(Int.bitWidth - (group.count - 1).leadingZeroBitCount, statsStore.groupSizes.count - 1)
         statsStore.groupSizes[bucket] += 1
+        let observers = groupObservers
         condition.unlock()
+        for observer in observers { observer(group.count) }
         commitSignal.signal()
         for (job, outcome) in zip(group, outcomes) { job.finish(outcome) }
     }

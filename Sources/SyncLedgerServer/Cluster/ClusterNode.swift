@@ -194,29 +194,29 @@ public final class ClusterNode: Sendable {
         (try? await ledger.catchUp(shard: shard, timeout: timeout)) ?? false
     }
 
-    /// Prometheus text: per shard, the stream's last sequence, what this replica applied, its
-    /// lag, whether this node owns it, and the appends, behind-refusals and retries it counted.
-    func renderMetrics(ledger: Ledger) async -> String {
-        let shards = await status(ledger: ledger)
-        var text = ""
-        func family(_ name: String, _ help: String, _ type: String = "gauge", _ value: (ShardStatus) -> UInt64?) {
-            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+    /// Sets at scrape time, per shard: the stream's last sequence, what this replica applied,
+    /// its lag, whether this node owns it, and the appends, behind-refusals and retries it
+    /// counted (`shards`: a ``status(ledger:)`` read just before).
+    func refreshMetrics(shards: [ShardStatus], into scrape: inout MetricsScrape) {
+        func gauge(_ name: String, _ help: String, _ value: (ShardStatus) -> UInt64?) {
             for shard in shards {
-                if let v = value(shard) { text += "\(name){shard=\"\(shard.shard)\"} \(v)\n" }
+                if let v = value(shard) { scrape.gauge(name, help: help, labels: [("shard", String(shard.shard))], v) }
             }
         }
-        family("syncledger_shard_last_sequence", "The last message of the shard's stream.") { $0.lastSequence }
-        family("syncledger_shard_applied_sequence", "The last message of the shard's stream this replica applied.") { $0.applied }
-        family("syncledger_shard_lag_messages", "Messages of the shard's stream this replica has yet to apply.") { $0.lag }
-        family("syncledger_shard_owned", "1 when this node owns the shard.") { $0.ownedHere ? 1 : 0 }
-        family("syncledger_shard_appends_total", "Writes this node appended to the shard's stream.", "counter") { $0.appended }
-        family("syncledger_shard_behind_total", "Appends refused because the stream had moved on (caught up and prepared again).", "counter") { $0.behind }
-        family("syncledger_shard_publish_retries_total", "Publishes sent again after a timeout or a lost connection.", "counter") { $0.retried }
-        family("syncledger_shard_rejected_messages_total", "Messages of the shard's stream skipped because they were not authenticated by the cluster's key.", "counter") { $0.rejected }
-        family("syncledger_shard_stale_fences_total", "Authenticated fences older than this node's lease of the shard (replayed), not obeyed.", "counter") { $0.staleFences }
-        text += "# HELP syncledger_cluster_forged_records_total Lease values and node records read from the lease bucket without a valid MAC (ignored).\n"
-        text += "# TYPE syncledger_cluster_forged_records_total counter\nsyncledger_cluster_forged_records_total \(counters.forgedRecords)\n"
-        return text
+        func counter(_ name: String, _ help: String, _ value: (ShardStatus) -> UInt64) {
+            for shard in shards { scrape.counter(name, help: help, labels: [("shard", String(shard.shard))], total: value(shard)) }
+        }
+        gauge("syncledger_shard_last_sequence", "The last message of the shard's stream.") { $0.lastSequence }
+        gauge("syncledger_shard_applied_sequence", "The last message of the shard's stream this replica applied.") { $0.applied }
+        gauge("syncledger_shard_lag_messages", "Messages of the shard's stream this replica has yet to apply.") { $0.lag }
+        gauge("syncledger_shard_owned", "1 when this node owns the shard.") { $0.ownedHere ? 1 : 0 }
+        counter("syncledger_shard_appends_total", "Writes this node appended to the shard's stream.") { $0.appended }
+        counter("syncledger_shard_behind_total", "Appends refused because the stream had moved on (caught up and prepared again).") { $0.behind }
+        counter("syncledger_shard_publish_retries_total", "Publishes sent again after a timeout or a lost connection.") { $0.retried }
+        counter("syncledger_shard_rejected_messages_total", "Messages of the shard's stream skipped because they were not authenticated by the cluster's key.") { $0.rejected }
+        counter("syncledger_shard_stale_fences_total", "Authenticated fences older than this node's lease of the shard (replayed), not obeyed.") { $0.staleFences }
+        scrape.counter("syncledger_cluster_forged_records_total",
+                       help: "Lease values and node records read from the lease bucket without a valid MAC (ignored).", total: counters.forgedRecords)
     }
 
     /// Per shard: the stream's last sequence, this replica's checkpoint, the owner, and counts.

@@ -81,18 +81,18 @@ extension StreamService {
         return true
     }
 
-    /// Prometheus lines of a cluster node: per target and shard it owns, the shard's messages
-    /// after the cursor and the records delivered.
-    func renderClusterMetrics(_ cluster: ClusterNode) -> String {
-        var lag = "# HELP syncledger_stream_shard_lag_messages Messages of a shard applied here after a Cognito stream target's cursor (shards this node owns).\n# TYPE syncledger_stream_shard_lag_messages gauge\n"
-        var records = "# HELP syncledger_stream_shard_delivered_records_total Stream records of a shard acknowledged by the sink, by every owner.\n# TYPE syncledger_stream_shard_delivered_records_total counter\n"
+    /// Sets a cluster node's stream series at scrape time: per target and shard it owns, the
+    /// shard's messages after the cursor and the records delivered.
+    func refreshClusterMetrics(_ cluster: ClusterNode, into scrape: inout MetricsScrape) {
         for t in cluster.streamCursors.cached() {
             guard let shard = t.shard, cluster.ownership.owns(shard) else { continue }
             let applied = (try? ledger.shardCheckpoint(shard)) ?? 0
-            let labels = "{stream=\"\(Self.escape(t.streamName))\",pool=\"\(Self.escape(t.pool))\",shard=\"\(shard)\"}"
-            lag += "syncledger_stream_shard_lag_messages\(labels) \(applied > t.cursor ? applied - t.cursor : 0)\n"
-            records += "syncledger_stream_shard_delivered_records_total\(labels) \(t.delivered)\n"
+            let labels = [("stream", t.streamName), ("pool", t.pool), ("shard", String(shard))]
+            scrape.gauge("syncledger_stream_shard_lag_messages",
+                         help: "Messages of a shard applied here after a Cognito stream target's cursor (shards this node owns).",
+                         labels: labels, applied > t.cursor ? applied - t.cursor : 0)
+            scrape.counter("syncledger_stream_shard_delivered_records_total",
+                           help: "Stream records of a shard acknowledged by the sink, by every owner.", labels: labels, total: t.delivered)
         }
-        return lag + records
     }
 }

@@ -144,7 +144,7 @@ final class EventTicket: Sendable {
     deinit { admission.release(identity, source: source) }
 }
 
-/// Counters and gauges of the event streams, rendered into `/metrics`.
+/// Counters and gauges of the event streams, set into `/metrics` at scrape time.
 final class EventMetrics: Sendable {
     enum Refusal: String, CaseIterable, Sendable {
         case perIdentity = "per_identity"
@@ -164,27 +164,22 @@ final class EventMetrics: Sendable {
     func closed(_ reason: EventSubscriber.Ending) { closed.withLock { $0[reason, default: 0] += 1 } }
     func refused(_ reason: Refusal) { refusals.withLock { $0[reason, default: 0] += 1 } }
 
-    /// The Prometheus text: open streams (admitted, and joined to the hub), events sent,
+    /// Sets at scrape time: open streams (admitted, and joined to the hub), events sent,
     /// streams ended by reason, streams refused by bound.
-    func render(open: Int, subscribed: Int, position: UInt64) -> String {
+    func refresh(open: Int, subscribed: Int, position: UInt64, into scrape: inout MetricsScrape) {
         let closed = closed.withLock { $0 }
         let refusals = refusals.withLock { $0 }
-        var out = "# HELP syncledger_event_streams Open event streams (GET /events, SSE and WebSocket).\n# TYPE syncledger_event_streams gauge\n"
-        out += "syncledger_event_streams \(open)\n"
-        out += "# HELP syncledger_event_stream_subscribers Event streams caught up with the log and fed by the hub.\n# TYPE syncledger_event_stream_subscribers gauge\n"
-        out += "syncledger_event_stream_subscribers \(subscribed)\n"
-        out += "# HELP syncledger_event_hub_position The change-feed position the event hub has handed out.\n# TYPE syncledger_event_hub_position gauge\n"
-        out += "syncledger_event_hub_position \(position)\n"
-        out += "# HELP syncledger_events_sent_total Events written to event streams.\n# TYPE syncledger_events_sent_total counter\n"
-        out += "syncledger_events_sent_total \(sent.load(ordering: .relaxed))\n"
-        out += "# HELP syncledger_event_streams_closed_total Event streams ended, by reason (overflow: the client read too slowly).\n# TYPE syncledger_event_streams_closed_total counter\n"
+        scrape.gauge("syncledger_event_streams", help: "Open event streams (GET /events, SSE and WebSocket).", open)
+        scrape.gauge("syncledger_event_stream_subscribers", help: "Event streams caught up with the log and fed by the hub.", subscribed)
+        scrape.gauge("syncledger_event_hub_position", help: "The change-feed position the event hub has handed out.", position)
+        scrape.counter("syncledger_events_sent_total", help: "Events written to event streams.", total: sent.load(ordering: .relaxed))
         for reason in EventSubscriber.Ending.allCases {
-            out += "syncledger_event_streams_closed_total{reason=\"\(reason.rawValue)\"} \(closed[reason] ?? 0)\n"
+            scrape.counter("syncledger_event_streams_closed_total", help: "Event streams ended, by reason (overflow: the client read too slowly).",
+                           labels: [("reason", reason.rawValue)], total: closed[reason] ?? 0)
         }
-        out += "# HELP syncledger_event_streams_refused_total Event streams refused at a bound (429; resume_too_old: 400).\n# TYPE syncledger_event_streams_refused_total counter\n"
         for reason in Refusal.allCases {
-            out += "syncledger_event_streams_refused_total{reason=\"\(reason.rawValue)\"} \(refusals[reason] ?? 0)\n"
+            scrape.counter("syncledger_event_streams_refused_total", help: "Event streams refused at a bound (429; resume_too_old: 400).",
+                           labels: [("reason", reason.rawValue)], total: refusals[reason] ?? 0)
         }
-        return out
     }
 }

@@ -43,9 +43,9 @@ final class EventService: Sendable {
     /// Runs the hub until the task is cancelled (the server stops).
     func run() async { await hub.run() }
 
-    /// The Prometheus text of the event streams.
-    func renderMetrics() -> String {
-        metrics.render(open: admission.open, subscribed: hub.subscribers, position: hub.position)
+    /// Sets the event streams' series at scrape time.
+    func refreshMetrics(into scrape: inout MetricsScrape) {
+        metrics.refresh(open: admission.open, subscribed: hub.subscribers, position: hub.position, into: &scrape)
     }
 
     /// Authenticates, authorizes and admits a request for a stream; the session it returns

@@ -41,17 +41,15 @@ final class IdentityCapWatch: Sendable {
         }
     }
 
-    /// The Prometheus text: the cap, the warnings, and each pool past the mark.
-    func renderMetrics() -> String {
+    /// Sets the cap, the warnings and each pool past the mark at scrape time (a pool back under
+    /// it is no longer shown).
+    func refresh(into scrape: inout MetricsScrape) {
         let (above, warnings) = state.withLock { ($0.above, $0.warnings) }
-        var out = "# HELP syncledger_identity_pool_cap Identity records one Cognito Identity pool may hold (--max-identities-per-pool).\n# TYPE syncledger_identity_pool_cap gauge\n"
-        out += "syncledger_identity_pool_cap \(cap)\n"
-        out += "# HELP syncledger_identity_pool_cap_warnings_total Times a pool passed 80 % of its cap (each also logged as a warning).\n# TYPE syncledger_identity_pool_cap_warnings_total counter\n"
-        out += "syncledger_identity_pool_cap_warnings_total \(warnings)\n"
-        out += "# HELP syncledger_identity_pool_records Identity records of the pools past 80 % of their cap, as last seen.\n# TYPE syncledger_identity_pool_records gauge\n"
-        for (pool, count) in above.sorted(by: { $0.key < $1.key }) {
-            out += "syncledger_identity_pool_records{pool=\"\(pool)\"} \(count)\n"
+        scrape.gauge("syncledger_identity_pool_cap", help: "Identity records one Cognito Identity pool may hold (--max-identities-per-pool).", cap)
+        scrape.counter("syncledger_identity_pool_cap_warnings_total", help: "Times a pool passed 80 % of its cap (each also logged as a warning).", total: warnings)
+        for (pool, count) in above {
+            scrape.gauge("syncledger_identity_pool_records", help: "Identity records of the pools past 80 % of their cap, as last seen.",
+                         labels: [("pool", pool)], count)
         }
-        return out
     }
 }

@@ -183,21 +183,21 @@ final class IdentityThrottle: Sendable {
         }
     }
 
-    /// The Prometheus text of the limits and the refusals.
-    func renderMetrics() -> String {
+    /// Sets the limits, the refusals and the buckets kept at scrape time.
+    func refresh(into scrape: inout MetricsScrape) {
         let (refused, sources, pools) = state.withLock { ($0.refused, $0.sources.count, $0.pools.count) }
-        var out = "# HELP syncledger_identity_throttled_total Unsigned Cognito Identity calls refused with 429 TooManyRequestsException, by operation and the bucket that refused them (source or pool).\n# TYPE syncledger_identity_throttled_total counter\n"
         for operation in Self.operations.sorted() {
             for limit in [Limit.source, .pool] {
-                out += "syncledger_identity_throttled_total{operation=\"\(operation)\",limit=\"\(limit.rawValue)\"} \(refused["\(operation)\u{0}\(limit.rawValue)"] ?? 0)\n"
+                scrape.counter("syncledger_identity_throttled_total",
+                               help: "Unsigned Cognito Identity calls refused with 429 TooManyRequestsException, by operation and the bucket that refused them (source or pool).",
+                               labels: [("operation", operation), ("limit", limit.rawValue)], total: refused["\(operation)\u{0}\(limit.rawValue)"] ?? 0)
             }
         }
-        out += "# HELP syncledger_identity_throttle_rate Requests a second a bucket of the unsigned Cognito Identity calls refills (0: off).\n# TYPE syncledger_identity_throttle_rate gauge\n"
-        out += "syncledger_identity_throttle_rate{limit=\"source\"} \(options.sourceRate)\nsyncledger_identity_throttle_rate{limit=\"pool\"} \(options.poolRate)\n"
-        out += "# HELP syncledger_identity_throttle_burst Requests a full bucket lets through at once.\n# TYPE syncledger_identity_throttle_burst gauge\n"
-        out += "syncledger_identity_throttle_burst{limit=\"source\"} \(options.sourceBurst)\nsyncledger_identity_throttle_burst{limit=\"pool\"} \(options.poolBurst)\n"
-        out += "# HELP syncledger_identity_throttle_buckets Buckets kept now (sources and pools seen lately).\n# TYPE syncledger_identity_throttle_buckets gauge\n"
-        out += "syncledger_identity_throttle_buckets{limit=\"source\"} \(sources)\nsyncledger_identity_throttle_buckets{limit=\"pool\"} \(pools)\n"
-        return out
+        for (limit, rate, burst, kept) in [(Limit.source, options.sourceRate, options.sourceBurst, sources), (.pool, options.poolRate, options.poolBurst, pools)] {
+            scrape.gauge("syncledger_identity_throttle_rate", help: "Requests a second a bucket of the unsigned Cognito Identity calls refills (0: off).",
+                         labels: [("limit", limit.rawValue)], rate)
+            scrape.gauge("syncledger_identity_throttle_burst", help: "Requests a full bucket lets through at once.", labels: [("limit", limit.rawValue)], burst)
+            scrape.gauge("syncledger_identity_throttle_buckets", help: "Buckets kept now (sources and pools seen lately).", labels: [("limit", limit.rawValue)], kept)
+        }
     }
 }

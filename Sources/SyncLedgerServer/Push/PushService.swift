@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Logging
 import NIOPosix
+import Prometheus
 public import SyncLedger
 import Synchronization
 
@@ -72,13 +73,13 @@ final class PushService: Sendable {
     /// Cluster mode: derive only what `include` accepts (the entries of the shards this node owns).
     func restrict(to include: @escaping @Sendable (StreamName, Timestamp) -> Bool) { scope.withLock { $0 = include } }
 
-    init(ledger: Ledger, outbox: PushOutbox, client: HTTPClient, threads: PushThreads, options: PushOptions, logger: Logger) throws {
+    init(ledger: Ledger, outbox: PushOutbox, client: HTTPClient, threads: PushThreads, options: PushOptions, registry: MetricsRegistry, logger: Logger) throws {
         self.threads = threads
         self.ledger = ledger
         self.outbox = outbox
         self.senders = PushSenders(client: client, endpoints: options.endpoints, secrets: ledger.secrets)
         self.options = options
-        self.metrics = PushMetrics()
+        self.metrics = PushMetrics(registry: registry)
         self.logger = logger
         try outbox.startCursor(at: try ledger.lastSequence)
         let released = try outbox.releaseLeases(now: .now)
@@ -290,7 +291,7 @@ final class PushService: Sendable {
 
     private func record(_ n: PushNotification, _ outcome: PushOutcome, _ result: PushOutbox.Settled, at now: Timestamp) {
         if case .delivered = result {
-            metrics.observeDelivery(transport: n.transport, seconds: Double(max(0, now.milliseconds - n.committed.milliseconds)) / 1000)
+            metrics.observeDelivery(transport: n.transport, latency: .milliseconds(now.milliseconds - n.committed.milliseconds))
         }
         if case .dead(let reason) = result {
             logger.warning("push: notification moved to the dead letters", metadata: [
@@ -300,54 +301,48 @@ final class PushService: Sendable {
     }
 }
 
-/// Commit-to-delivery latency per transport, for `/metrics`.
+/// Commit-to-delivery latency per transport (counted as notifications are accepted) and the
+/// outbox's counts (set at scrape time), in the server's ``MetricsRegistry``.
 final class PushMetrics: Sendable {
-    static let bounds: [Double] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
-    private struct Histogram {
-        var counts = [UInt64](repeating: 0, count: PushMetrics.bounds.count)
-        var sum = 0.0
-        var count: UInt64 = 0
-    }
-    private let histograms = Mutex<[PushTransportKind: Histogram]>([:])
+    static let buckets: [Duration] = [
+        .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+        .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(300),
+    ]
+    let registry: MetricsRegistry
+    private let histograms = Mutex<[PushTransportKind: DurationHistogram]>([:])
 
-    func observeDelivery(transport: PushTransportKind, seconds: Double) {
-        histograms.withLock { h in
-            var histogram = h[transport] ?? Histogram()
-            for (i, bound) in Self.bounds.enumerated() where seconds <= bound { histogram.counts[i] += 1 }
-            histogram.sum += seconds
-            histogram.count += 1
-            h[transport] = histogram
-        }
+    init(registry: MetricsRegistry) {
+        self.registry = registry
     }
 
-    /// The outbox's counts and the latency histograms, as Prometheus text.
-    func render(outbox: PushOutbox, ledger: Ledger) -> String {
-        var out = ""
-        if let (cursor, transports) = try? outbox.status() {
-            let gauges: Set<String> = [PushCounter.pending.rawValue, PushCounter.inFlight.rawValue, PushCounter.deadNow.rawValue]
-            out += "# HELP syncledger_push_notifications Notifications in the outbox now, by transport and state.\n# TYPE syncledger_push_notifications gauge\n"
-            for t in transports {
-                for name in gauges.sorted() { out += "syncledger_push_notifications{transport=\"\(t.transport.rawValue)\",state=\"\(name)\"} \(t.counts[name] ?? 0)\n" }
-            }
-            out += "# HELP syncledger_push_total Notifications by transport and what became of them.\n# TYPE syncledger_push_total counter\n"
-            for t in transports {
-                for (name, value) in t.counts.sorted(by: { $0.key < $1.key }) where !gauges.contains(name) {
-                    out += "syncledger_push_total{transport=\"\(t.transport.rawValue)\",outcome=\"\(name)\"} \(value)\n"
-                }
-            }
-            let last = (try? ledger.lastSequence) ?? cursor
-            out += "# HELP syncledger_push_feed_lag Commits not yet turned into notifications.\n# TYPE syncledger_push_feed_lag gauge\n"
-            out += "syncledger_push_feed_lag \(last > cursor ? last - cursor : 0)\n"
+    func observeDelivery(transport: PushTransportKind, latency: Duration) {
+        let histogram = histograms.withLock { h in
+            h[transport] ?? {
+                let made = registry.durationHistogram(
+                    "syncledger_push_delivery_seconds", help: "Time from a change's commit to its notification's acceptance by the push service.",
+                    labels: [("transport", transport.rawValue)], buckets: Self.buckets)
+                h[transport] = made
+                return made
+            }()
         }
-        let snapshot = histograms.withLock { $0 }
-        out += "# HELP syncledger_push_delivery_seconds Time from a change's commit to its notification's acceptance by the push service.\n# TYPE syncledger_push_delivery_seconds histogram\n"
-        for (transport, h) in snapshot.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-            let t = transport.rawValue
-            for (i, bound) in Self.bounds.enumerated() { out += "syncledger_push_delivery_seconds_bucket{transport=\"\(t)\",le=\"\(bound)\"} \(h.counts[i])\n" }
-            out += "syncledger_push_delivery_seconds_bucket{transport=\"\(t)\",le=\"+Inf\"} \(h.count)\n"
-            out += "syncledger_push_delivery_seconds_sum{transport=\"\(t)\"} \(h.sum)\n"
-            out += "syncledger_push_delivery_seconds_count{transport=\"\(t)\"} \(h.count)\n"
+        histogram.record(max(.zero, latency))
+    }
+
+    /// Sets the outbox's counts at scrape time.
+    func refresh(outbox: PushOutbox, ledger: Ledger, into scrape: inout MetricsScrape) {
+        guard let (cursor, transports) = try? outbox.status() else { return }
+        let gauges: Set<String> = [PushCounter.pending.rawValue, PushCounter.inFlight.rawValue, PushCounter.deadNow.rawValue]
+        for t in transports {
+            for name in gauges {
+                scrape.gauge("syncledger_push_notifications", help: "Notifications in the outbox now, by transport and state.",
+                             labels: [("transport", t.transport.rawValue), ("state", name)], t.counts[name] ?? 0)
+            }
+            for (name, value) in t.counts where !gauges.contains(name) {
+                scrape.counter("syncledger_push_total", help: "Notifications by transport and what became of them.",
+                               labels: [("transport", t.transport.rawValue), ("outcome", name)], total: value)
+            }
         }
-        return out
+        let last = (try? ledger.lastSequence) ?? cursor
+        scrape.gauge("syncledger_push_feed_lag", help: "Commits not yet turned into notifications.", last > cursor ? last - cursor : 0)
     }
 }

@@ -189,26 +189,19 @@ final class StreamService: Sendable {
         return (list, last)
     }
 
-    /// The Prometheus lines: per target, its lag in feed entries and what it delivered.
-    func renderMetrics() -> String {
-        if let cluster { return renderClusterMetrics(cluster) }
-        guard let targets = try? store.all() else { return "" }
+    /// Sets the stream series at scrape time: per target, its lag in feed entries and what it
+    /// delivered.
+    func refreshMetrics(into scrape: inout MetricsScrape) {
+        if let cluster { return refreshClusterMetrics(cluster, into: &scrape) }
+        guard let targets = try? store.all() else { return }
         let last = (try? ledger.lastSequence) ?? 0
-        var lag = "# HELP syncledger_stream_lag_entries Change-feed entries after a Cognito stream target's cursor.\n# TYPE syncledger_stream_lag_entries gauge\n"
-        var records = "# HELP syncledger_stream_delivered_records_total Stream records acknowledged by the sink.\n# TYPE syncledger_stream_delivered_records_total counter\n"
-        var batches = "# HELP syncledger_stream_delivered_batches_total Stream batches acknowledged by the sink.\n# TYPE syncledger_stream_delivered_batches_total counter\n"
-        var failures = "# HELP syncledger_stream_failures_total Stream delivery attempts that failed (and were retried).\n# TYPE syncledger_stream_failures_total counter\n"
         for t in targets {
-            let labels = "{stream=\"\(Self.escape(t.streamName))\",pool=\"\(Self.escape(t.pool))\"}"
-            lag += "syncledger_stream_lag_entries\(labels) \(last > t.cursor ? last - t.cursor : 0)\n"
-            records += "syncledger_stream_delivered_records_total\(labels) \(t.delivered)\n"
-            batches += "syncledger_stream_delivered_batches_total\(labels) \(t.batches)\n"
-            failures += "syncledger_stream_failures_total\(labels) \(t.failures)\n"
+            let labels = [("stream", t.streamName), ("pool", t.pool)]
+            scrape.gauge("syncledger_stream_lag_entries", help: "Change-feed entries after a Cognito stream target's cursor.",
+                         labels: labels, last > t.cursor ? last - t.cursor : 0)
+            scrape.counter("syncledger_stream_delivered_records_total", help: "Stream records acknowledged by the sink.", labels: labels, total: t.delivered)
+            scrape.counter("syncledger_stream_delivered_batches_total", help: "Stream batches acknowledged by the sink.", labels: labels, total: t.batches)
+            scrape.counter("syncledger_stream_failures_total", help: "Stream delivery attempts that failed (and were retried).", labels: labels, total: t.failures)
         }
-        return lag + records + batches + failures
-    }
-
-    static func escape(_ s: String) -> String {
-        s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"").replacingOccurrences(of: "\n", with: "\\n")
     }
 }

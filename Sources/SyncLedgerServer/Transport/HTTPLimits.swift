@@ -30,7 +30,7 @@ struct HTTPLimits: Sendable {
     var stallGrace: Duration = .seconds(1)
 }
 
-/// Counters of what the transport refused or cut, rendered into `/metrics`.
+/// Counters of what the transport refused or cut, set into `/metrics` at scrape time.
 final class TransportMetrics: Sendable {
     enum Event: String, CaseIterable, Sendable {
         case connectionRefused = "connection_refused"
@@ -52,29 +52,26 @@ final class TransportMetrics: Sendable {
 
     func value(_ event: Event) -> UInt64 { counts.withLock { $0[event] ?? 0 } }
 
-    /// The Prometheus text of these counters and of the connection and budget gauges.
-    func render(connections: ConnectionRegistry, budget: BodyBudget) -> String {
+    /// Sets these counters and the connection and budget gauges at scrape time.
+    func refresh(connections: ConnectionRegistry, budget: BodyBudget, into scrape: inout MetricsScrape) {
         let snapshot = counts.withLock { $0 }
-        var out = "# HELP syncledger_http_connections Open HTTP connections.\n# TYPE syncledger_http_connections gauge\n"
-        out += "syncledger_http_connections \(connections.open)\n"
+        scrape.gauge("syncledger_http_connections", help: "Open HTTP connections.", connections.open)
         let states = connections.counts
-        out += "# HELP syncledger_http_connections_by_state Open HTTP connections: idle (no request in progress), receiving (a request head or body arriving), busy (a request read and being handled, or its response being written).\n# TYPE syncledger_http_connections_by_state gauge\n"
-        out += "syncledger_http_connections_by_state{state=\"idle\"} \(states.idle)\n"
-        out += "syncledger_http_connections_by_state{state=\"receiving\"} \(states.receiving)\n"
-        out += "syncledger_http_connections_by_state{state=\"busy\"} \(states.busy)\n"
-        out += "# HELP syncledger_http_stalled_connections Connections whose response bytes have waited for their client, none taken, for a second or more (closed at --write-timeout; the first to make room at --max-connections after idle and receiving ones).\n# TYPE syncledger_http_stalled_connections gauge\n"
-        out += "syncledger_http_stalled_connections \(states.stalled)\n"
-        out += "# HELP syncledger_http_buffered_body_bytes Request-body bytes received and being buffered now.\n# TYPE syncledger_http_buffered_body_bytes gauge\n"
-        out += "syncledger_http_buffered_body_bytes \(budget.inUse)\n"
-        out += "# HELP syncledger_http_buffered_body_pool_bytes Of those, the bytes held beyond each connection's own share, from the common pool.\n# TYPE syncledger_http_buffered_body_pool_bytes gauge\n"
-        out += "syncledger_http_buffered_body_pool_bytes \(budget.poolInUse)\n"
-        out += "# HELP syncledger_http_buffered_body_pool_capacity_bytes The common pool's size: --max-buffered-body-bytes less every connection's share.\n# TYPE syncledger_http_buffered_body_pool_capacity_bytes gauge\n"
-        out += "syncledger_http_buffered_body_pool_capacity_bytes \(budget.poolCapacity)\n"
-        out += "# HELP syncledger_http_refusals_total Connections and requests the transport refused or cut, by reason.\n# TYPE syncledger_http_refusals_total counter\n"
-        for event in Event.allCases {
-            out += "syncledger_http_refusals_total{reason=\"\(event.rawValue)\"} \(snapshot[event] ?? 0)\n"
+        for (state, count) in [("idle", states.idle), ("receiving", states.receiving), ("busy", states.busy)] {
+            scrape.gauge("syncledger_http_connections_by_state",
+                         help: "Open HTTP connections: idle (no request in progress), receiving (a request head or body arriving), busy (a request read and being handled, or its response being written).",
+                         labels: [("state", state)], count)
         }
-        return out
+        scrape.gauge("syncledger_http_stalled_connections",
+                     help: "Connections whose response bytes have waited for their client, none taken, for a second or more (closed at --write-timeout; the first to make room at --max-connections after idle and receiving ones).",
+                     states.stalled)
+        scrape.gauge("syncledger_http_buffered_body_bytes", help: "Request-body bytes received and being buffered now.", budget.inUse)
+        scrape.gauge("syncledger_http_buffered_body_pool_bytes", help: "Of those, the bytes held beyond each connection's own share, from the common pool.", budget.poolInUse)
+        scrape.gauge("syncledger_http_buffered_body_pool_capacity_bytes", help: "The common pool's size: --max-buffered-body-bytes less every connection's share.", budget.poolCapacity)
+        for event in Event.allCases {
+            scrape.counter("syncledger_http_refusals_total", help: "Connections and requests the transport refused or cut, by reason.",
+                           labels: [("reason", event.rawValue)], total: snapshot[event] ?? 0)
+        }
     }
 }
 

@@ -26,13 +26,19 @@ struct RequestHandler: Sendable {
     /// In cluster mode: this node (for `/metrics` and `GET /cluster/status`).
     var cluster: ClusterNode? = nil
 
-    /// The Prometheus text of `/metrics`.
+    /// The Prometheus text of `/metrics`: sets the series read at scrape time (the ledger's,
+    /// the transport's, the outbox's, the streams', the event streams' and in cluster mode the
+    /// shards'), then emits the server's registry (``ServerMetrics/registry``).
     func renderMetrics() async -> String {
-        metrics.render(ledger: ledger) + (transport.map { $0.metrics.render(connections: $0.connections, budget: $0.budget) } ?? "")
-            + (push.map { $0.metrics.render(outbox: $0.outbox, ledger: ledger) } ?? "")
-            + (streams?.renderMetrics() ?? "")
-            + events.renderMetrics()
-            + (await cluster?.renderMetrics(ledger: ledger) ?? "")
+        let shards = await cluster?.status(ledger: ledger)
+        return metrics.registry.render { scrape in
+            metrics.refresh(ledger: ledger, into: &scrape)
+            if let transport { transport.metrics.refresh(connections: transport.connections, budget: transport.budget, into: &scrape) }
+            if let push { push.metrics.refresh(outbox: push.outbox, ledger: ledger, into: &scrape) }
+            streams?.refreshMetrics(into: &scrape)
+            events.refreshMetrics(into: &scrape)
+            if let cluster, let shards { cluster.refreshMetrics(shards: shards, into: &scrape) }
+        }
     }
 
     /// `GET /metrics`'s answer: the Prometheus text.
