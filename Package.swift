@@ -197,6 +197,7 @@ let package = Package(
             dependencies: [
                 "SyncLedgerServer", "SyncLedger", "SyncLedgerClient", "SyncLedgerTestSupport", "NATS",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

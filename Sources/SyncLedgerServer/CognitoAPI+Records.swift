@@ -37,7 +37,7 @@ extension CognitoAPI {
             datasetSyncCount: page.datasetSyncCount, lastModifiedBy: page.lastModifiedBy, mergedDatasetNames: page.mergedDatasetNames,
             datasetExists: page.datasetExists, datasetDeletedAfterRequestedSyncCount: page.datasetDeletedAfterRequestedSyncCount,
             syncSessionToken: page.syncSessionToken)
-        return try .json(answer)
+        return WireResponse(status: 200, headers: [("content-type", "application/json")], body: answer.fastJSON)
     }
 
     /// A record in the wire's shape.
@@ -66,7 +66,8 @@ extension CognitoAPI {
         let (token, deviceID, patches) = (body.syncSessionToken, body.deviceId, body.recordPatches ?? [])
         let result = try await ledger.updateRecords(s, patches: patches, deviceID: deviceID, caller: caller(credential), sessionToken: token,
                                                     idempotencyKey: request.header("idempotency-key"), trigger: try syncTrigger(s.pool, credential))
-        var response = try WireResponse.json(CognitoSync.UpdateRecordsResponse(records: result.records.map(Self.wireRecord)))
+        let answer = CognitoSync.UpdateRecordsResponse(records: result.records.map(Self.wireRecord))
+        var response = WireResponse(status: 200, headers: [("content-type", "application/json")], body: answer.fastJSON)
         if result.replayed { response.headers.append(("x-syncledger-replayed", "true")) }
         return response
     }

@@ -83,12 +83,13 @@ struct CognitoAPI: Sendable {
     /// Names a Cognito Sync request's operation and, on a cluster node, its shard, before its
     /// signature is checked (so that a refused request is logged and answered under them).
     func prepareCognitoSync(_ operation: CognitoOperation, _ context: APIRequest) {
+        context.notes.operation = operation.rawValue
+        // The path's parameters are decoded here only on a cluster node (the handler decodes
+        // them again; on a single node this runs for every request, and the shard is not needed).
+        guard let cluster else { return }
         let route = Route(operation, context)
-        context.notes.with { notes in
-            notes.operation = operation.rawValue
-            if let cluster, let pool = route.pool, let identity = route.identity {
-                notes.shard = shard(of: route) ?? cluster.shards.shard(pool: pool, identity: identity)
-            }
+        if let pool = route.pool, let identity = route.identity {
+            context.notes.with { $0.shard = shard(of: route) ?? cluster.shards.shard(pool: pool, identity: identity) }
         }
     }
 

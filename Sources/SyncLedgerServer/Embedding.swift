@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 public import Hummingbird
 public import Logging
+public import Prometheus
 public import ServiceLifecycle
 public import SyncLedger
 
@@ -32,9 +33,12 @@ public struct SyncLedgerEmbedding: Sendable {
     ///   - events: the event streams' limits.
     ///   - maxBodyBytes: the largest request body read.
     ///   - syncTriggerTimeout: how long a SyncTrigger hook has to answer.
+    ///   - prometheus: the registry SyncLedger's series go into: the host's own, so that one
+    ///     ``metricsText()`` gives the host's series and SyncLedger's; nil: one of its own.
     ///   - logger: where requests and the services log.
     public init(ledger: Ledger, admin: Credential? = nil, regions: [String] = ["us-east-1"], events: EventStreamOptions = EventStreamOptions(),
-                maxBodyBytes: Int = 4 << 20, syncTriggerTimeout: Duration = .seconds(5), logger: Logger = Logger(label: "syncledger")) {
+                maxBodyBytes: Int = 4 << 20, syncTriggerTimeout: Duration = .seconds(5), prometheus: PrometheusCollectorRegistry? = nil,
+                logger: Logger = Logger(label: "syncledger")) {
         let hooks = WebhookSyncTrigger.makeClient()
         var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: admin, regions: Set(regions)))
         api.logger = logger
@@ -47,7 +51,9 @@ public struct SyncLedgerEmbedding: Sendable {
         self.hooks = hooks
         self.logger = logger
         self.idempotencyRetention = Ledger.minimumIdempotencyRetention
-        self.handler = RequestHandler(api: api, events: eventService, metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0, ledger: ledger),
+        self.handler = RequestHandler(api: api, events: eventService, metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0,
+                                                                             registry: prometheus.map { MetricsRegistry(prometheus: $0) } ?? MetricsRegistry(),
+                                                                             ledger: ledger),
                                       ledger: ledger, push: nil, maxBodyBytes: maxBodyBytes, logger: logger)
     }
 
@@ -74,7 +80,9 @@ public struct SyncLedgerEmbedding: Sendable {
     }
 
     /// SyncLedger's series in Prometheus' text format (requests by operation, the ledger's
-    /// commits, event streams), for the host's `/metrics`.
+    /// commits, event streams), for the host's `/metrics`: the whole registry's text, the host's
+    /// series with them when the registry was the host's (its series read at scrape time are
+    /// set first, so emit through this rather than the registry itself).
     public func metricsText() async -> String {
         await handler.renderMetrics()
     }

@@ -4,6 +4,7 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
+import Prometheus
 import Testing
 import SyncLedgerClient
 import SyncLedgerTestSupport
@@ -44,7 +45,11 @@ import SyncLedgerTestSupport
         try await withLedger { ledger in
             let pool = try await ledger.createIdentityPool(region: "us-east-1", name: "embedded", allowUnauthenticatedIdentities: true,
                                                            developerProviderName: nil, supportedLoginProviders: [:], caller: "test")
-            let embedding = SyncLedgerEmbedding(ledger: ledger, admin: Credential.generate(scope: .admin), logger: Logger(label: "embedded"))
+            // The host's own Prometheus registry, with a series of its own.
+            let registry = PrometheusCollectorRegistry()
+            registry.makeCounter(name: "host_hellos_total").increment()
+            let embedding = SyncLedgerEmbedding(ledger: ledger, admin: Credential.generate(scope: .admin), prometheus: registry,
+                                                logger: Logger(label: "embedded"))
             let router = Router(context: HostContext.self)
             router.add(middleware: HostStamp())
             router.get("/hello") { _, context in "hello from \(context.tenant)" }
@@ -78,8 +83,9 @@ import SyncLedgerTestSupport
                     #expect(response.headers[HTTPField.Name("x-amzn-ErrorType")!] == "NotAuthorizedException")
                     #expect(response.headers[HTTPField.Name("x-host-tenant")!] == "acme")
                 }
-                // SyncLedger's series, for the host's own /metrics page.
+                // SyncLedger's series beside the host's, in the host's registry.
                 let text = await embedding.metricsText()
+                #expect(text.contains("host_hellos_total 1"))
                 #expect(text.contains("syncledger_requests_total{operation=\"UpdateRecords\",status=\"200\"} 1"))
                 #expect(text.contains("syncledger_requests_total{operation=\"Identity.GetId\",status=\"200\"} 1"))
             }

@@ -107,14 +107,14 @@ struct APIMiddleware<Context: SyncLedgerRequestContext>: RouterMiddleware {
     }
 
     /// What every API route relies on: a Host header, a path of decodable segments (none empty,
-    /// `.` or `..`) and a decodable query; the segments and query go into the context.
+    /// `.` or `..`) and a decodable query; the query goes into the context (the route's
+    /// parameters are read, decoded, from the router's match).
     static func check(_ context: inout Context) throws {
         let request = context.syncLedger.wire
         guard request.header("host") != nil else {
             throw WireError.invalidParameter("the request has no Host header; HTTP/1.1 requires one and the signature covers it")
         }
         guard request.rawPath.hasPrefix("/") else { throw WireError.invalidParameter("the request path must start with /") }
-        var segments: [String] = []
         // One trailing slash is the path without it (as the router reads it): `POST /` under a
         // host application's prefix arrives as `/prefix/`.
         var path = request.rawPath.utf8.dropFirst()
@@ -126,12 +126,10 @@ struct APIMiddleware<Context: SyncLedgerRequestContext>: RouterMiddleware {
             guard !segment.isEmpty, segment != ".", segment != ".." else {
                 throw WireError.invalidParameter("the request path has an empty, \".\" or \"..\" segment")
             }
-            segments.append(segment)
         }
         guard let query = SigV4.queryPairs(request.rawQuery) else {
             throw WireError.invalidParameter("the query string has a malformed percent-escape or is not UTF-8")
         }
-        context.syncLedger.segments = segments
         context.syncLedger.query = query
     }
 }

@@ -39,7 +39,6 @@ final class RequestNotes: Sendable {
 public struct SyncLedgerRequestState: Sendable {
     let notes = RequestNotes()
     var wire = WireRequest(method: "", rawPath: "", rawQuery: nil, headers: [], body: [])
-    var segments: [String] = []
     var query: [(String, String)] = []
     var credential: Credential?
 
