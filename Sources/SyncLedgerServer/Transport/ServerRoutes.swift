@@ -36,7 +36,7 @@ extension RequestHandler {
             return await metricsResponse()
         }
         router.add(middleware: RequestLogMiddleware<SyncLedgerContext>(metrics: metrics, logger: logger))
-        addStreamRoutes(to: router)
+        addStreamRoutes(to: router, payloads: true)
         addHistoryPage(to: router)
         // Before the API's routes, so that a path no route matches is answered in Cognito's format.
         router.add(middleware: APIMiddleware<SyncLedgerContext>(api: api, maxBodyBytes: maxBodyBytes, forwarder: forwarder))
@@ -57,7 +57,7 @@ extension RequestHandler {
     func routes<Context: SyncLedgerRequestContext>(context: Context.Type = Context.self) -> RouteCollection<Context> {
         let routes = RouteCollection(context: Context.self)
         routes.add(middleware: RequestLogMiddleware<Context>(metrics: metrics, logger: logger))
-        addStreamRoutes(to: routes)
+        addStreamRoutes(to: routes, payloads: false)
         routes.add(middleware: APIMiddleware<Context>(api: api, maxBodyBytes: maxBodyBytes, forwarder: forwarder))
         addAPIRoutes(to: routes)
         return routes
@@ -74,9 +74,9 @@ extension RequestHandler {
         Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}")))
     }
 
-    /// `/events` and Cognito Streams' payloads: each checks its own request and answers its
-    /// own errors.
-    private func addStreamRoutes<R: RouterMethods>(to router: R) where R.Context: SyncLedgerRequestContext {
+    /// `/events` and (`payloads`) Cognito Streams' payloads: each checks its own request and
+    /// answers its own errors.
+    private func addStreamRoutes<R: RouterMethods>(to router: R, payloads: Bool) where R.Context: SyncLedgerRequestContext {
         let (events, ledger, logger) = (self.events, self.ledger, self.logger)
         // Every method: the event stream answers a preflight, and refuses other methods itself.
         for method: HTTPRequest.Method in [.get, .head, .options, .post, .put, .delete, .patch] {
@@ -91,7 +91,7 @@ extension RequestHandler {
                 return response
             }
         }
-        if streams != nil {
+        if payloads {
             router.get(RouterPath(StreamPayloadRoute.prefix + ":token")) { request, context in
                 context.syncLedger.notes.operation = "GetStreamPayload"
                 return StreamPayloadRoute.respond(path: request.uri.path, ledger: ledger, logger: logger).0
