@@ -1,20 +1,13 @@
 import Foundation
 import JWTKit
+import SyncLedger
 
 /// The push services' authentication tokens, made by jwt-kit (`JWTKeyCollection.sign`): the
 /// APNs provider token (ES256, header `kid`, claims `iss` and `iat`) and the RS256 assertion of
 /// Google's OAuth service-account grant (`iss`, `scope`, `aud`, `iat`, `exp`). The senders
-/// cache what these make (APNsSender.swift, FCMSender.swift).
+/// cache what these make (APNsSender.swift, FCMSender.swift). NumericDates are whole seconds
+/// (``JWTFormat/serializer``): APNs and Google refuse fractions.
 enum PushTokens {
-    /// Writes NumericDate claims as whole seconds (APNs and Google refuse fractions) and keys
-    /// sorted.
-    static let serializer: DefaultJWTSerializer = {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .integerSecondsSince1970
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return DefaultJWTSerializer(jsonEncoder: encoder)
-    }()
-
     /// An APNs provider token's claims.
     struct APNsClaims: JWTPayload {
         /// The team id.
@@ -41,7 +34,7 @@ enum PushTokens {
     /// the team id and `iat` `now` in whole seconds.
     static func apns(key: ES256PrivateKey, keyID: String, teamID: String, now: Date = Date()) async throws -> String {
         let keys = JWTKeyCollection()
-        await keys.add(ecdsa: key, serializer: serializer)
+        await keys.add(ecdsa: key, serializer: JWTFormat.serializer)
         let claims = APNsClaims(iss: IssuerClaim(value: teamID), iat: IssuedAtClaim(value: wholeSeconds(now)))
         return try await keys.sign(claims, header: ["alg": "ES256", "kid": .string(keyID)])
     }
@@ -51,7 +44,7 @@ enum PushTokens {
     static func googleGrant(key: Insecure.RSA.PrivateKey, keyID: String?, clientEmail: String, scope: String, tokenURI: String,
                             now: Date = Date()) async throws -> String {
         let keys = JWTKeyCollection()
-        await keys.add(rsa: key, digestAlgorithm: .sha256, serializer: serializer)
+        await keys.add(rsa: key, digestAlgorithm: .sha256, serializer: JWTFormat.serializer)
         let iat = wholeSeconds(now)
         let claims = GrantClaims(iss: IssuerClaim(value: clientEmail), scope: scope, aud: AudienceClaim(value: tokenURI),
                                  iat: IssuedAtClaim(value: iat), exp: ExpirationClaim(value: iat.addingTimeInterval(3600)))
