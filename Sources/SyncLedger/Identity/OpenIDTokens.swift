@@ -25,7 +25,6 @@ enum JWTJSON: Decodable, Sendable {
     }
 
     var string: String? { if case .string(let s) = self { s } else { nil } }
-    var number: Double? { if case .number(let n) = self { n } else { nil } }
 }
 
 /// The signing keys of a JWKS document, parsed and checked: RSA keys (`kty` RSA, `n`, `e`, a
