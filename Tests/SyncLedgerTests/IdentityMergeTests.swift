@@ -42,7 +42,7 @@ import SyncLedgerTestSupport
             #expect(try ledger.values(try stream(pool, tablet.id, "settings")) == ["theme": "light", "lang": "fr"])
             let disabled = try #require(try ledger.identity(pool: pool, id: tablet.id))
             #expect(!disabled.isEnabled && disabled.mergedInto == phone.identity)
-            await expectLedgerError(.notAuthorized) { _ = try ledger.credentialsForIdentity(pool: pool, id: tablet.id) }
+            await expectLedgerError(.notAuthorized) { _ = try await ledger.credentialsForIdentity(pool: pool, id: tablet.id) }
             // ListRecords of the root reports the copies; of a root the survivor never had, too.
             #expect(try ledger.listRecords(try stream(pool, phone.identity, "settings")).mergedDatasetNames == ["settings.\(tablet.id)"])
             let drafts = try ledger.listRecords(try stream(pool, phone.identity, "drafts"))

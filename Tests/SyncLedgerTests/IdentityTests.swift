@@ -14,7 +14,7 @@ import SyncLedgerTestSupport
             let poolID = try IdentityPoolID(pool.id)
             let identity = try await ledger.newUnauthenticatedIdentity(pool: poolID)
             #expect(try ledger.poolOfIdentity(identity.id) == poolID)
-            let issued = try ledger.credentialsForIdentity(pool: poolID, id: identity.id, lifetime: .seconds(60))
+            let issued = try await ledger.credentialsForIdentity(pool: poolID, id: identity.id, lifetime: .seconds(60))
             let credential = try #require(try ledger.temporaryCredential(accessKeyID: issued.accessKeyID, sessionToken: issued.sessionToken))
             #expect(credential.secretAccessKey == issued.secretKey && credential.scope == .identity(pool: pool.id, identity: identity.id))
             #expect(credential.expires == issued.expiration)

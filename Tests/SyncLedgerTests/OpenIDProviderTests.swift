@@ -87,9 +87,9 @@ private enum Keys {
     }
 
     /// Expects `.notAuthorized` with a message containing `reason`.
-    func refused(_ ledger: Ledger, _ token: String, _ reason: String, provider: String = name, sourceLocation: SourceLocation = #_sourceLocation) {
+    func refused(_ ledger: Ledger, _ token: String, _ reason: String, provider: String = name, sourceLocation: SourceLocation = #_sourceLocation) async {
         do {
-            let sub = try ledger.verifyOpenIDToken(provider: provider, token: token)
+            let sub = try await ledger.verifyOpenIDToken(provider: provider, token: token)
             Issue.record("accepted (sub \(sub)); expected a refusal: \(reason)", sourceLocation: sourceLocation)
         } catch let error as LedgerError {
             #expect(error.code == .notAuthorized, "\(error)", sourceLocation: sourceLocation)
@@ -102,13 +102,13 @@ private enum Keys {
 
     @Test func validTokensGiveTheirSubject() async throws {
         try await withProvider { ledger async throws in
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256()) == "user-42")
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["sub": "ec-user"]))) == "ec-user")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256()) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["sub": "ec-user"]))) == "ec-user")
             // aud as an array naming one client id; the second client id; an extra audience.
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256(Self.claims(["aud": ["other", "app-2"]]))) == "user-42")
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["aud": "pool-aud"])), audiences: ["pool-aud"]) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256(Self.claims(["aud": ["other", "app-2"]]))) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["aud": "pool-aud"])), audiences: ["pool-aud"]) == "user-42")
             // Without a kid: the only ES256 key; nbf now is fine.
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["nbf": Self.now]), kid: nil)) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["nbf": Self.now]), kid: nil)) == "user-42")
         }
     }
 
@@ -118,41 +118,41 @@ private enum Keys {
             // A flipped bit in the claims keeps the signature of the original.
             let parts = good.split(separator: ".").map(String.init)
             let forged = Keys.b64(Array(Keys.json(Self.claims(["sub": "admin"])).utf8))
-            refused(ledger, parts[0] + "." + forged + "." + parts[2], "signature is not valid")
-            refused(ledger, Self.es256(Self.claims(), kid: "ec-1", key: Keys.otherEC), "signature is not valid")
+            await refused(ledger, parts[0] + "." + forged + "." + parts[2], "signature is not valid")
+            await refused(ledger, Self.es256(Self.claims(), kid: "ec-1", key: Keys.otherEC), "signature is not valid")
             // Signed by one key, claiming another of the JWKS.
-            refused(ledger, Self.rs256(kid: "rsa-2", key: Keys.rsa), "signature is not valid")
-            refused(ledger, Self.rs256(kid: "rsa-9"), "no RS256 key with the token's kid \"rsa-9\"")
-            refused(ledger, Self.rs256(kid: "a\nb"), "no RS256 key with the token's kid (not printable ASCII)")
-            refused(ledger, Self.es256(kid: "rsa-1"), "no ES256 key with the token's kid")
+            await refused(ledger, Self.rs256(kid: "rsa-2", key: Keys.rsa), "signature is not valid")
+            await refused(ledger, Self.rs256(kid: "rsa-9"), "no RS256 key with the token's kid \"rsa-9\"")
+            await refused(ledger, Self.rs256(kid: "a\nb"), "no RS256 key with the token's kid (not printable ASCII)")
+            await refused(ledger, Self.es256(kid: "rsa-1"), "no ES256 key with the token's kid")
             // Two RSA keys: without a kid, none is chosen.
-            refused(ledger, Self.rs256(kid: nil), "has no kid")
-            refused(ledger, Keys.jwt(header: ["alg": "none"], claims: Self.claims()), "alg \"none\" is not accepted")
+            await refused(ledger, Self.rs256(kid: nil), "has no kid")
+            await refused(ledger, Keys.jwt(header: ["alg": "none"], claims: Self.claims()), "alg \"none\" is not accepted")
             let hmac = HMAC<SHA256>.authenticationCode(for: Array("x".utf8), using: SymmetricKey(size: .bits256))
-            refused(ledger, Keys.jwt(header: ["alg": "HS256", "kid": "rsa-1"], claims: Self.claims(), signature: Array(hmac)), "alg \"HS256\" is not accepted")
-            refused(ledger, Keys.jwt(header: ["alg": "RS512", "kid": "rsa-1"], claims: Self.claims(), rsaKey: Keys.rsa), "alg \"RS512\" is not accepted")
-            refused(ledger, Keys.jwt(header: ["kid": "rsa-1"], claims: Self.claims(), rsaKey: Keys.rsa), "has no alg")
+            await refused(ledger, Keys.jwt(header: ["alg": "HS256", "kid": "rsa-1"], claims: Self.claims(), signature: Array(hmac)), "alg \"HS256\" is not accepted")
+            await refused(ledger, Keys.jwt(header: ["alg": "RS512", "kid": "rsa-1"], claims: Self.claims(), rsaKey: Keys.rsa), "alg \"RS512\" is not accepted")
+            await refused(ledger, Keys.jwt(header: ["kid": "rsa-1"], claims: Self.claims(), rsaKey: Keys.rsa), "has no alg")
         }
     }
 
     @Test func claimsAreChecked() async throws {
         try await withProvider { ledger async throws in
-            refused(ledger, Self.rs256(Self.claims(["iss": "https://login.example.com/realms/y"])), "issuer (iss)")
-            refused(ledger, Self.rs256(Self.claims(["iss": Self.issuer + "/"])), "issuer (iss)")
-            refused(ledger, Self.rs256(Self.claims(["aud": "app-3"])), "audience (aud) is none")
-            refused(ledger, Self.rs256(Self.claims(["aud": ["app-3", "app-4"]])), "audience (aud) is none")
-            refused(ledger, Self.rs256(Self.claims(["aud": nil])), "no audience")
-            refused(ledger, Self.es256(Self.claims(["exp": Self.now])), "expired")
-            refused(ledger, Self.es256(Self.claims(["exp": Self.now - 3600])), "expired")
-            refused(ledger, Self.es256(Self.claims(["exp": nil])), "no numeric expiry")
-            refused(ledger, Self.es256(Self.claims(["exp": "\(Self.now + 600)"])), "no numeric expiry")
-            refused(ledger, Self.es256(Self.claims(["nbf": Self.now + 301])), "nbf is more than 5 minutes in the future")
-            refused(ledger, Self.es256(Self.claims(["iat": Self.now + 3600])), "iat is more than 5 minutes in the future")
-            refused(ledger, Self.es256(Self.claims(["sub": nil])), "no subject (sub)")
-            refused(ledger, Self.es256(Self.claims(["sub": ""])), "no subject (sub)")
-            refused(ledger, Self.es256(Self.claims(["sub": String(repeating: "s", count: 256)])), "no subject (sub)")
+            await refused(ledger, Self.rs256(Self.claims(["iss": "https://login.example.com/realms/y"])), "issuer (iss)")
+            await refused(ledger, Self.rs256(Self.claims(["iss": Self.issuer + "/"])), "issuer (iss)")
+            await refused(ledger, Self.rs256(Self.claims(["aud": "app-3"])), "audience (aud) is none")
+            await refused(ledger, Self.rs256(Self.claims(["aud": ["app-3", "app-4"]])), "audience (aud) is none")
+            await refused(ledger, Self.rs256(Self.claims(["aud": nil])), "no audience")
+            await refused(ledger, Self.es256(Self.claims(["exp": Self.now])), "expired")
+            await refused(ledger, Self.es256(Self.claims(["exp": Self.now - 3600])), "expired")
+            await refused(ledger, Self.es256(Self.claims(["exp": nil])), "no numeric expiry")
+            await refused(ledger, Self.es256(Self.claims(["exp": "\(Self.now + 600)"])), "no numeric expiry")
+            await refused(ledger, Self.es256(Self.claims(["nbf": Self.now + 301])), "nbf is more than 5 minutes in the future")
+            await refused(ledger, Self.es256(Self.claims(["iat": Self.now + 3600])), "iat is more than 5 minutes in the future")
+            await refused(ledger, Self.es256(Self.claims(["sub": nil])), "no subject (sub)")
+            await refused(ledger, Self.es256(Self.claims(["sub": ""])), "no subject (sub)")
+            await refused(ledger, Self.es256(Self.claims(["sub": String(repeating: "s", count: 256)])), "no subject (sub)")
             // Within the allowance: nbf 5 minutes ahead.
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["nbf": Self.now + 300]))) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["nbf": Self.now + 300]))) == "user-42")
         }
     }
 
@@ -160,22 +160,22 @@ private enum Keys {
         try await withProvider { ledger async throws in
             let good = Self.es256()
             let parts = good.split(separator: ".").map(String.init)
-            refused(ledger, parts[0] + "." + parts[1], "not a JWT (three base64url parts")
-            refused(ledger, good + ".x", "not a JWT (three base64url parts")
-            refused(ledger, parts[0] + ".!!!." + parts[2], "a part is not base64url")
-            refused(ledger, parts[0] + "." + parts[1] + "." + parts[2] + "=", "a part is not base64url")
-            refused(ledger, Keys.b64(Array("[1]".utf8)) + "." + parts[1] + "." + parts[2], "header is not a JSON object")
+            await refused(ledger, parts[0] + "." + parts[1], "not a JWT (three base64url parts")
+            await refused(ledger, good + ".x", "not a JWT (three base64url parts")
+            await refused(ledger, parts[0] + ".!!!." + parts[2], "a part is not base64url")
+            await refused(ledger, parts[0] + "." + parts[1] + "." + parts[2] + "=", "a part is not base64url")
+            await refused(ledger, Keys.b64(Array("[1]".utf8)) + "." + parts[1] + "." + parts[2], "header is not a JSON object")
             let big = Self.es256(Self.claims(["pad": String(repeating: "p", count: 20 * 1024)]))
-            refused(ledger, big, "at most 16384 are accepted")
-            refused(ledger, "", "not a JWT")
+            await refused(ledger, big, "at most 16384 are accepted")
+            await refused(ledger, "", "not a JWT")
             do {
-                _ = try ledger.verifyOpenIDToken(provider: "other.example.com", token: good)
+                _ = try await ledger.verifyOpenIDToken(provider: "other.example.com", token: good)
                 Issue.record("an unknown provider was accepted")
             } catch let error as LedgerError {
                 #expect(error.code == .notAuthorized && error.message.contains("no OpenID Connect provider named \"other.example.com\" is configured"))
             }
             // The provider's name, not its issuer URL, is the key.
-            refused(ledger, good, "no OpenID Connect provider", provider: Self.issuer)
+            await refused(ledger, good, "no OpenID Connect provider", provider: Self.issuer)
         }
     }
 
@@ -191,20 +191,20 @@ private enum Keys {
             #expect(try ledger.openIDProviders().map(\.name) == ["b.example", Self.name])
             #expect(try ledger.openIDProvider(named: Self.name) == first)
             // Signs in with the RSA key; then the provider is replaced by one with only the EC key.
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256(Self.claims(["iss": Self.issuer + "/"]))) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256(Self.claims(["iss": Self.issuer + "/"]))) == "user-42")
             let replaced = try await ledger.configureOpenIDProvider(
                 OpenIDProvider(issuer: Self.issuer + "/", clientIDs: ["app-1", "app-9"], jwks: Keys.json(["keys": [Keys.ecJWK(Keys.ec, kid: "ec-1")]])), caller: "admin")
             #expect(replaced.configured > first.configured)
             #expect(try ledger.openIDProvider(named: Self.name)?.clientIDs == ["app-1", "app-9"])
             #expect(try ledger.openIDProviders().count == 2)
-            refused(ledger, Self.rs256(Self.claims(["iss": Self.issuer + "/"])), "no RS256 key")  // the cache did not keep the old JWKS
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["iss": Self.issuer + "/", "aud": "app-9"]))) == "user-42")
+            await refused(ledger, Self.rs256(Self.claims(["iss": Self.issuer + "/"])), "no RS256 key")  // the cache did not keep the old JWKS
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256(Self.claims(["iss": Self.issuer + "/", "aud": "app-9"]))) == "user-42")
             // Remove; again is .notFound; its tokens are refused.
             try await ledger.removeOpenIDProvider(named: Self.name, caller: "admin")
             #expect(try ledger.openIDProvider(named: Self.name) == nil)
             #expect(try ledger.openIDProviders().map(\.name) == ["b.example"])
             await expectLedgerError(.notFound) { try await ledger.removeOpenIDProvider(named: Self.name, caller: "admin") }
-            await expectLedgerError(.notAuthorized) { _ = try ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256()) }
+            await expectLedgerError(.notAuthorized) { _ = try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.es256()) }
             // Every change is a log entry of the system stream, and the ledger verifies.
             #expect(try ledger.entries(in: Ledger.openIDProvidersStream).count == 4)
             #expect(try ledger.verify().isValid)
@@ -267,14 +267,14 @@ private enum Keys {
         var enc = Keys.ecJWK(Keys.ec, kid: "ec-1")
         enc["use"] = "enc"
         try await withProvider(jwks: Keys.json(["keys": [enc, Keys.rsaJWK(Keys.rsa, kid: "rsa-1")]])) { ledger async throws in
-            refused(ledger, Self.es256(), "no ES256 key with the token's kid")
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256(kid: nil)) == "user-42")
+            await refused(ledger, Self.es256(), "no ES256 key with the token's kid")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: Self.rs256(kid: nil)) == "user-42")
         }
         // A key whose alg is another algorithm's does not verify this one's tokens.
         var ecdh = Keys.ecJWK(Keys.ec, kid: "ec-1")
         ecdh["alg"] = "ECDH-ES"
         try await withProvider(jwks: Keys.json(["keys": [ecdh]])) { ledger async throws in
-            refused(ledger, Self.es256(), "no ES256 key with the token's kid")
+            await refused(ledger, Self.es256(), "no ES256 key with the token's kid")
         }
     }
 
@@ -305,23 +305,23 @@ extension OpenIDProviderTests {
             let provider = OpenIDProvider(issuer: Self.issuer, clientIDs: ["app-1"], jwks: Keys.jwks)
             try await ledger.configureOpenIDProvider(provider, caller: "admin")
             let token = Self.rs256()
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
             // New keys (same kid, another key): the remembered token no longer signs in.
             let rotated = Keys.json(["keys": [Keys.rsaJWK(Keys.otherRSA, kid: "rsa-1")]])
             try await ledger.configureOpenIDProvider(OpenIDProvider(issuer: Self.issuer, clientIDs: ["app-1"], jwks: rotated), caller: "admin")
-            refused(ledger, token, "signature")
+            await refused(ledger, token, "signature")
             try await ledger.configureOpenIDProvider(provider, caller: "admin")
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: token) == "user-42")
             // Checked with an extra audience, the token is not remembered for another check.
             let pooled = Self.es256(Self.claims(["aud": "pool-aud"]))
-            #expect(try ledger.verifyOpenIDToken(provider: Self.name, token: pooled, audiences: ["pool-aud"]) == "user-42")
-            refused(ledger, pooled, "audience")
+            #expect(try await ledger.verifyOpenIDToken(provider: Self.name, token: pooled, audiences: ["pool-aud"]) == "user-42")
+            await refused(ledger, pooled, "audience")
             // Removed, or expired: refused though it verified before.
             clock.advance(seconds: 601)
-            refused(ledger, token, "expired")
+            await refused(ledger, token, "expired")
             try await ledger.removeOpenIDProvider(named: Self.name, caller: "admin")
-            refused(ledger, Self.rs256(Self.claims(["exp": Self.now + 6000])), "no OpenID Connect provider")
+            await refused(ledger, Self.rs256(Self.claims(["exp": Self.now + 6000])), "no OpenID Connect provider")
         }
     }
 }

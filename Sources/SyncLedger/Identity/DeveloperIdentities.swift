@@ -51,46 +51,6 @@ extension Ledger {
         }]
     }
 
-    /// An OpenID token for `identity` of `pool`, valid for `duration` (ES256, this server's key):
-    /// `iss` Cognito's issuer, `sub` the identity, `aud` the pool, `amr` how it signed in.
-    public func openIdToken(pool: IdentityPoolID, identity: String, logins: [String], duration: Duration) throws -> String {
-        let (kid, key) = try openIdSigningKey()
-        let now = options.clock()
-        let header: [String: Any] = ["alg": "ES256", "typ": "JWT", "kid": kid]
-        let claims: [String: Any] = ["iss": Self.openIdIssuer, "sub": identity, "aud": pool.rawValue,
-                                     "amr": logins.isEmpty ? ["unauthenticated"] : ["authenticated"] + logins,
-                                     "iat": now.milliseconds / 1000, "exp": now.adding(duration).milliseconds / 1000]
-        let h = try JSONSerialization.data(withJSONObject: header, options: [.sortedKeys, .withoutEscapingSlashes])
-        let c = try JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys, .withoutEscapingSlashes])
-        let input = Base64URL.string(Array(h)) + "." + Base64URL.string(Array(c))
-        return input + "." + Base64URL.string(Array(try key.signature(for: Array(input.utf8)).rawRepresentation))
-    }
-
-    /// The key that verifies a token whose header is `header`: on a cluster, the generation its
-    /// `kid` names when that generation is accepted now; else this node's own key.
-    private func openIdVerifyingKey(_ header: [String: Any]) throws -> P256.Signing.PublicKey? {
-        guard let keyring = options.identityKeyring else { return try identitySigningKey().publicKey }
-        guard let kid = header["kid"] as? String else { return nil }
-        return keyring.verifying(kid: kid, at: options.clock())
-    }
-
-    /// The pool and identity of an OpenID token this server signed and that has not expired;
-    /// nil for anything else.
-    func verifyOpenIdToken(_ token: String) throws -> (pool: IdentityPoolID, identity: String)? {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard token.utf8.count <= 8192, parts.count == 3,
-              let headerBytes = Base64URL.decode(Array(parts[0].utf8)[...]), let claimBytes = Base64URL.decode(Array(parts[1].utf8)[...]),
-              let signatureBytes = Base64URL.decode(Array(parts[2].utf8)[...]),
-              let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any], header["alg"] as? String == "ES256",
-              let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else { return nil }
-        guard let key = try openIdVerifyingKey(header), key.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8)),
-              let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any],
-              claims["iss"] as? String == Self.openIdIssuer, let sub = claims["sub"] as? String, let aud = claims["aud"] as? String,
-              let exp = (claims["exp"] as? NSNumber)?.int64Value, options.clock().milliseconds < exp * 1000,
-              let pool = try? IdentityPoolID(aud) else { return nil }
-        return (pool, sub)
-    }
-
     /// GetOpenIdTokenForDeveloperIdentity: the identity of the pool's developer user `user`
     /// (linking it to `identity` when given, or making a new identity), and a token for it.
     ///
@@ -149,7 +109,7 @@ extension Ledger {
             return record.id
         }
         let logins = try identity(pool: pool, id: id)?.logins ?? [provider]
-        return (id, try openIdToken(pool: pool, identity: id, logins: logins, duration: duration))
+        return (id, try await openIdToken(pool: pool, identity: id, logins: logins, duration: duration))
     }
 
     /// LookupDeveloperIdentity: the identity of a developer user, or the users of an identity

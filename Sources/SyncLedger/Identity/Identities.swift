@@ -192,7 +192,7 @@ extension Ledger {
     ///   with logins (they need their logins) or a pool that no longer allows unauthenticated
     ///   identities.
     public func credentialsForIdentity(pool: IdentityPoolID, id: String, lifetime: Duration = Credential.defaultTemporaryLifetime,
-                                       openIdToken: String? = nil, signedIn: Bool = false) throws -> IdentityCredentials {
+                                       openIdToken: String? = nil, signedIn: Bool = false) async throws -> IdentityCredentials {
         let definition = try requireIdentityPool(pool)
         guard let record = try identity(pool: pool, id: id) else {
             throw LedgerError(.notFound, "identity \(id) does not exist in identity pool \(pool)")
@@ -204,7 +204,7 @@ extension Ledger {
             // ``signIn(pool:identity:proven:logins:caller:)`` proved it with its logins.
         } else if let openIdToken {
             // An authenticated identity proves itself with a token this server signed for it.
-            guard let vouched = try verifyOpenIdToken(openIdToken), vouched.pool == pool, vouched.identity == id else {
+            guard let vouched = try await verifyOpenIdToken(openIdToken), vouched.pool == pool, vouched.identity == id else {
                 throw LedgerError(.notAuthorized, "the \(Self.openIdProvider) token is not valid for identity \(id): forged, expired, or for another identity")
             }
         } else {

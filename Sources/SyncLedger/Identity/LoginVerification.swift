@@ -21,15 +21,18 @@ extension Ledger {
     ///   is configured as an OpenID Connect provider: its token's signature, issuer, audience
     ///   and expiry (``verifyOpenIDToken(provider:token:audiences:)``).
     ///
+    /// Async because the tokens are verified by jwt-kit, whose key collection is an actor; it
+    /// runs in the API layer before the sign-in's write, never inside a transaction.
+    ///
     /// - Throws: `.notAuthorized` naming the provider for the first token that does not
     ///   verify, a provider the pool does not have, or the developer provider (whose users
     ///   prove themselves with this server's token).
-    public func verifyLogins(pool: IdentityPoolID, _ logins: [String: String]) throws -> VerifiedLogins {
+    public func verifyLogins(pool: IdentityPoolID, _ logins: [String: String]) async throws -> VerifiedLogins {
         let definition = try requireIdentityPool(pool)
         var result = VerifiedLogins(proven: nil, logins: [])
         for (provider, token) in logins.sorted(by: { $0.key < $1.key }) {
             if Self.ownProviderNames.contains(provider) {
-                guard let vouched = try verifyOpenIdToken(token), vouched.pool == pool else {
+                guard let vouched = try await verifyOpenIdToken(token), vouched.pool == pool else {
                     throw LedgerError(.notAuthorized, "Logins[\(provider)]: not an OpenID token of this server for identity pool \(pool) (forged, expired, or for another pool)")
                 }
                 if let proven = result.proven, proven != vouched.identity {
@@ -43,7 +46,7 @@ extension Ledger {
                     throw LedgerError(.notAuthorized, "Logins[\(String(provider.prefix(128)))]: not a login provider of identity pool \(pool) (its OpenIdConnectProviderARNs and SupportedLoginProviders)")
                 }
                 let audiences = definition.supportedLoginProviders[provider].map { Set([$0]) } ?? []
-                let subject = try verifyOpenIDToken(provider: provider, token: token, audiences: audiences)
+                let subject = try await verifyOpenIDToken(provider: provider, token: token, audiences: audiences)
                 result.logins.append(Login(provider: provider, subject: subject))
             }
         }

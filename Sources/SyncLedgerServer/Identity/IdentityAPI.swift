@@ -148,7 +148,7 @@ extension CognitoAPI {
             }
             let id: String
             if let logins = try loginsParameter(json) {
-                let verified = try ledger.verifyLogins(pool: pool, logins)
+                let verified = try await ledger.verifyLogins(pool: pool, logins)
                 if verified.logins.isEmpty, let proven = verified.proven {
                     id = proven
                 } else {
@@ -168,7 +168,7 @@ extension CognitoAPI {
             if let role = try string(json["CustomRoleArn"], "CustomRoleArn"), !(20...2048).contains(role.utf8.count) {
                 throw WireError.invalidParameter("CustomRoleArn must be 20-2048 characters")
             }
-            let credentials = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: Self.identityCredentialLifetime,
+            let credentials = try await ledger.credentialsForIdentity(pool: pool, id: id, lifetime: Self.identityCredentialLifetime,
                                                                 openIdToken: signedIn.token, signedIn: signedIn.done)
             var w = JSONWriter()
             w.beginObject()
@@ -227,11 +227,12 @@ extension CognitoAPI {
             let (id, pool, signedIn) = try await signInParameters(json, caller: caller)
             // The same rules as credentials: an unauthenticated identity of a pool that allows
             // them, or an authenticated one its logins proved.
-            _ = try ledger.credentialsForIdentity(pool: pool, id: id, lifetime: .seconds(1), openIdToken: signedIn.token, signedIn: signedIn.done)
+            _ = try await ledger.credentialsForIdentity(pool: pool, id: id, lifetime: .seconds(1), openIdToken: signedIn.token, signedIn: signedIn.done)
             let logins = try ledger.identity(pool: pool, id: id)?.logins ?? []
             var w = JSONWriter()
             w.beginObject(); w.member("IdentityId", id)
-            w.member("Token", try ledger.openIdToken(pool: pool, identity: id, logins: logins, duration: .seconds(600))); w.endObject()
+            let token = try await ledger.openIdToken(pool: pool, identity: id, logins: logins, duration: .seconds(600))
+            w.member("Token", token); w.endObject()
             return w
         case "GetOpenIdTokenForDeveloperIdentity":
             let pool = try IdentityPoolID(try string(json["IdentityPoolId"], "IdentityPoolId", required: true)!)
@@ -273,7 +274,7 @@ extension CognitoAPI {
                 guard case .string(let name) = item, (1...128).contains(name.utf8.count) else { throw WireError.invalidParameter("LoginsToRemove[\(i)] must be a provider name of 1-128 characters") }
                 return name
             }
-            let verified = try ledger.verifyLogins(pool: pool, logins)
+            let verified = try await ledger.verifyLogins(pool: pool, logins)
             try await ledger.unlinkLogins(pool: pool, identity: id, proof: verified.logins, proven: verified.proven, providers: providers, caller: caller)
             return emptyObject()
         case "MergeDeveloperIdentities":
@@ -315,7 +316,7 @@ extension CognitoAPI {
         let id = try identityIDParameter(json)
         guard let pool = try ledger.poolOfIdentity(id) else { throw LedgerError(.notFound, "identity \(id) does not exist") }
         guard let logins = try loginsParameter(json) else { return (id, pool, (nil, false)) }
-        let verified = try ledger.verifyLogins(pool: pool, logins)
+        let verified = try await ledger.verifyLogins(pool: pool, logins)
         if verified.logins.isEmpty {
             // This server's own token: no write, the fast path of the developer flow.
             return (id, pool, (logins[Ledger.openIdProvider], false))

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
+import JWTKit
 import NIOCore
 import NIOHTTP1
 import SyncLedger
@@ -11,7 +12,8 @@ import Synchronization
 /// `POST /3/device/<token>` with a background push (`apns-push-type: background`,
 /// `apns-priority: 5`, `content-available: 1` and the five Cognito keys under `data`), an
 /// `apns-expiration` at the notification's time-to-live and an `apns-collapse-id` of the
-/// dataset. The provider token (ES256 JWT with `kid`, `iss`, `iat`) is made once and reused
+/// dataset. The provider token (ES256 JWT with `kid`, `iss`, `iat`, made by jwt-kit:
+/// ``PushTokens/apns(key:keyID:teamID:now:)``) is made once and reused
 /// for 50 minutes — Apple wants one at least every 60 and at most every 20 minutes — and made
 /// again at once when APNs answers `ExpiredProviderToken`.
 ///
@@ -22,7 +24,7 @@ final class APNsSender: PushSender {
     let keyID: String
     let teamID: String
     let topic: String
-    let key: P256.Signing.PrivateKey
+    let key: ES256PrivateKey
     let baseURL: String
     let client: HTTPClient
     /// How long a provider token is reused.
@@ -33,7 +35,7 @@ final class APNsSender: PushSender {
         guard let pem = c.apnsKey, let keyID = c.apnsKeyID, let teamID = c.apnsTeamID, let topic = c.apnsTopic else {
             throw PushSenderError("the APNs transport of \(c.arn) lacks its key, key id, team id or topic")
         }
-        do { key = try P256.Signing.PrivateKey(pemRepresentation: pem) } catch {
+        do { key = try ES256PrivateKey(backing: P256.Signing.PrivateKey(pemRepresentation: pem)) } catch {
             throw PushSenderError("the APNs key of \(c.arn) is not a P-256 .p8 key")
         }
         self.keyID = keyID
@@ -44,13 +46,10 @@ final class APNsSender: PushSender {
     }
 
     /// The current provider token, made when there is none or it is `tokenLifetime` old.
-    func providerToken(renew: Bool = false) throws -> String {
+    func providerToken(renew: Bool = false) async throws -> String {
         let now = ContinuousClock.now
         if !renew, let current = token.withLock({ $0 }), now - current.issued < Self.tokenLifetime { return current.jwt }
-        let jwt = try PushJWT.es256(
-            header: ["alg": "ES256", "kid": keyID],
-            claims: ["iss": teamID, "iat": Int(Date().timeIntervalSince1970)],
-            key: key)
+        let jwt = try await PushTokens.apns(key: key, keyID: keyID, teamID: teamID)
         token.withLock { $0 = (jwt, now) }
         return jwt
     }
@@ -71,7 +70,7 @@ final class APNsSender: PushSender {
 
     private func attempt(_ delivery: PushDelivery, renew: Bool) async -> PushOutcome {
         let jwt: String
-        do { jwt = try providerToken(renew: renew) } catch { return .failed(reason: "cannot sign the APNs provider token: \(error)") }
+        do { jwt = try await providerToken(renew: renew) } catch { return .failed(reason: "cannot sign the APNs provider token: \(error)") }
         guard delivery.token.utf8.allSatisfy({ $0 < 0x80 && Character(Unicode.Scalar($0)).isHexDigit }) else {
             return .tokenDead(reason: "BadDeviceToken (not hex; APNs tokens are hex)")
         }

@@ -1,14 +1,15 @@
 import AsyncHTTPClient
 import Foundation
+import JWTKit
 import NIOCore
 import NIOHTTP1
 import SyncLedger
 import Synchronization
-import _CryptoExtras
 
 /// Firebase Cloud Messaging's HTTP v1 API with a service-account OAuth grant.
 ///
-/// The access token comes from the key file's `token_uri` (an RS256 JWT bearer grant with
+/// The access token comes from the key file's `token_uri` (an RS256 JWT bearer grant, made by
+/// jwt-kit: ``PushTokens/googleGrant(key:keyID:clientEmail:scope:tokenURI:now:)``, with
 /// `iss` = `client_email`, scope `firebase.messaging`, one hour) and is reused until a minute
 /// before it expires, or until FCM answers 401. The message is data-only (the five Cognito
 /// keys, all strings) with `android.priority` NORMAL, `android.ttl` and
@@ -19,7 +20,7 @@ import _CryptoExtras
 /// other errors are not retried.
 final class FCMSender: PushSender {
     let account: FCMServiceAccount
-    let key: _RSA.Signing.PrivateKey
+    let key: Insecure.RSA.PrivateKey
     let sendURL: String
     let client: HTTPClient
     private let access = Mutex<(token: String, expires: ContinuousClock.Instant)?>(nil)
@@ -28,8 +29,8 @@ final class FCMSender: PushSender {
         guard let json = c.fcmServiceAccount, let account = FCMServiceAccount(json: json) else {
             throw PushSenderError("the FCM transport of \(c.arn) has no usable service-account file")
         }
-        do { key = try _RSA.Signing.PrivateKey(pemRepresentation: account.privateKey) } catch {
-            throw PushSenderError("the service-account key of \(c.arn) is not an RSA private key")
+        do { key = try Insecure.RSA.PrivateKey(pem: account.privateKey) } catch {
+            throw PushSenderError("the service-account key of \(c.arn) is not an RSA private key of at least 2048 bits")
         }
         self.account = account
         let base = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
@@ -41,15 +42,10 @@ final class FCMSender: PushSender {
     /// The OAuth access token, from the cache or a new grant.
     private func accessToken() async -> Result<String, OAuthFailure> {
         if let current = access.withLock({ $0 }), ContinuousClock.now < current.expires { return .success(current.token) }
-        let now = Int(Date().timeIntervalSince1970)
-        var header: [String: Any] = ["alg": "RS256", "typ": "JWT"]
-        if let kid = account.privateKeyID { header["kid"] = kid }
         let assertion: String
         do {
-            assertion = try PushJWT.rs256(header: header, claims: [
-                "iss": account.clientEmail, "scope": "https://www.googleapis.com/auth/firebase.messaging",
-                "aud": account.tokenURI, "iat": now, "exp": now + 3600,
-            ], key: key)
+            assertion = try await PushTokens.googleGrant(key: key, keyID: account.privateKeyID, clientEmail: account.clientEmail,
+                                                         scope: "https://www.googleapis.com/auth/firebase.messaging", tokenURI: account.tokenURI)
         } catch { return .failure(.permanent("cannot sign the OAuth grant: \(error)")) }
         var request = HTTPClientRequest(url: account.tokenURI)
         request.method = .POST

@@ -81,7 +81,7 @@ enum PushHTTP {
     /// `apns-collapse-id` / `collapse_key` for a dataset: its name when it fits in 64 bytes,
     /// else a hash of it.
     static func collapseID(_ dataset: String) -> String {
-        dataset.utf8.count <= 64 ? dataset : String(PushJWT.base64URL(Array(dataset.utf8).sha256Prefix(32)).prefix(64))
+        dataset.utf8.count <= 64 ? dataset : String(Base64URL.string(Array(dataset.utf8).sha256Prefix(32)).prefix(64))
     }
 }
 
