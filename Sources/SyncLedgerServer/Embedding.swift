@@ -7,7 +7,9 @@ public import SyncLedger
 
 /// SyncLedger inside a host application built on Hummingbird (docs/embedding.md): the host adds
 /// ``routes(context:)`` to its own router under a path prefix, with its own middleware around
-/// them, and runs ``services`` in its own `ServiceGroup`.
+/// them, runs ``services`` in its own `ServiceGroup`, and calls ``shutdown()`` after the group
+/// has stopped. One embedding per Prometheus registry: two would share and overwrite each
+/// other's series.
 ///
 /// What it serves: Cognito Sync, Cognito Identity (and its JWKS), devices and messages, event
 /// streams (`/events`, Server-Sent Events), segments and replication's feed, and the admin API
@@ -22,8 +24,6 @@ public struct SyncLedgerEmbedding: Sendable {
     public let ledger: Ledger
     let handler: RequestHandler
     let hooks: HTTPClient
-    let idempotencyRetention: Duration
-    let logger: Logger
 
     /// - Parameters:
     ///   - ledger: an open ledger.
@@ -33,28 +33,40 @@ public struct SyncLedgerEmbedding: Sendable {
     ///   - events: the event streams' limits.
     ///   - maxBodyBytes: the largest request body read.
     ///   - syncTriggerTimeout: how long a SyncTrigger hook has to answer.
+    ///   - identityThrottle: the token buckets of the unsigned Cognito Identity calls (GetId,
+    ///     GetCredentialsForIdentity, …) per source address and per pool, as `serve`'s
+    ///     `--identity-source-rate` and its siblings (docs/identity.md).
     ///   - prometheus: the registry SyncLedger's series go into: the host's own, so that one
     ///     ``metricsText()`` gives the host's series and SyncLedger's; nil: one of its own.
     ///   - logger: where requests and the services log.
     public init(ledger: Ledger, admin: Credential? = nil, regions: [String] = ["us-east-1"], events: EventStreamOptions = EventStreamOptions(),
-                maxBodyBytes: Int = 4 << 20, syncTriggerTimeout: Duration = .seconds(5), prometheus: PrometheusCollectorRegistry? = nil,
-                logger: Logger = Logger(label: "syncledger")) {
+                maxBodyBytes: Int = 4 << 20, syncTriggerTimeout: Duration = .seconds(5), identityThrottle: IdentityThrottleOptions = IdentityThrottleOptions(),
+                prometheus: PrometheusCollectorRegistry? = nil, logger: Logger = Logger(label: "syncledger")) {
         let hooks = WebhookSyncTrigger.makeClient()
         var api = CognitoAPI(ledger: ledger, authenticator: Authenticator(ledger: ledger, configuredAdmin: admin, regions: Set(regions)))
         api.logger = logger
         api.syncTriggerClient = hooks
         api.syncTriggerTimeout = syncTriggerTimeout
+        // Unsigned calls create identities and mint credentials: limited as on `serve`.
+        api.identityThrottle = IdentityThrottle(options: identityThrottle)
+        api.identityCapWatch = IdentityCapWatch(cap: ledger.options.limits.maxIdentitiesPerPool)
         // The host's server bounds its connections; the event streams' own bound is
         // `events.maxStreams` (default: 500 at a time).
-        let eventService = EventService(ledger: ledger, authenticator: api.authenticator, options: events, maxConnections: 1000, logger: logger)
+        let eventService = EventService(ledger: ledger, authenticator: api.authenticator, options: events, maxConnections: 1000, logger: logger,
+                                        sources: ClientSource(trustedProxies: identityThrottle.trustedProxies))
         self.ledger = ledger
         self.hooks = hooks
-        self.logger = logger
-        self.idempotencyRetention = Ledger.minimumIdempotencyRetention
-        self.handler = RequestHandler(api: api, events: eventService, metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0,
-                                                                             registry: prometheus.map { MetricsRegistry(prometheus: $0) } ?? MetricsRegistry(),
-                                                                             ledger: ledger),
-                                      ledger: ledger, push: nil, maxBodyBytes: maxBodyBytes, logger: logger)
+        let handler = RequestHandler(api: api, events: eventService,
+                                     metrics: ServerMetrics(startSequence: (try? ledger.lastSequence) ?? 0,
+                                                            registry: prometheus.map { MetricsRegistry(prometheus: $0) } ?? MetricsRegistry(),
+                                                            ledger: ledger, identityThrottle: api.identityThrottle, identityCapWatch: api.identityCapWatch),
+                                     ledger: ledger, push: nil, maxBodyBytes: maxBodyBytes, logger: logger)
+        self.handler = handler
+        let retention = Ledger.minimumIdempotencyRetention
+        self.services = [
+            BackgroundLoop { await eventService.run() },
+            BackgroundLoop { await SyncLedgerServer.purgeIdempotencyKeys(ledger, retention: retention, logger: logger) },
+        ]
     }
 
     /// SyncLedger's routes for a router whose request context is `Context`; add them with
@@ -64,19 +76,16 @@ public struct SyncLedgerEmbedding: Sendable {
         handler.routes(context: Context.self)
     }
 
-    /// The background services the routes rely on — the event hub (live event streams), the
-    /// idempotency keys' purge, and the SyncTrigger hooks' HTTP client (shut down when the
-    /// group shuts down) — for the host's `ServiceGroup`.
-    public var services: [any Service] {
-        let (events, ledger, retention, logger, hooks) = (handler.events, ledger, idempotencyRetention, logger, hooks)
-        return [
-            BackgroundLoop { await events.run() },
-            BackgroundLoop { await SyncLedgerServer.purgeIdempotencyKeys(ledger, retention: retention, logger: logger) },
-            BackgroundLoop {
-                try? await gracefulShutdown()
-                try? await hooks.shutdown()
-            },
-        ]
+    /// The background services the routes rely on — the event hub (live event streams) and the
+    /// idempotency keys' hourly purge — for the host's `ServiceGroup`. Run them in one group,
+    /// once.
+    public let services: [any Service]
+
+    /// Shuts down the HTTP client SyncTrigger hooks are called with. Call it once the host's
+    /// service group has stopped (its requests drained): an UpdateRecords still running would
+    /// find the client gone. Every embedding must be shut down, run or not.
+    public func shutdown() async {
+        try? await hooks.shutdown()
     }
 
     /// SyncLedger's series in Prometheus' text format (requests by operation, the ledger's

@@ -5,6 +5,7 @@ import HummingbirdTesting
 import Logging
 import NIOCore
 import Prometheus
+import Synchronization
 import Testing
 import SyncLedgerClient
 import SyncLedgerTestSupport
@@ -56,21 +57,33 @@ import SyncLedgerTestSupport
             router.addRoutes(embedding.routes(), atPath: "/sync")
             let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
                                   services: embedding.services, logger: Logger(label: "host"))
+            // The host shuts the embedding down once its group stopped, whatever happened.
+            do {
+                try await drive(app, embedding: embedding, ledger: ledger, pool: pool.id)
+            } catch {
+                await embedding.shutdown()
+                throw error
+            }
+            await embedding.shutdown()
+        }
+    }
+
+    private func drive(_ app: some ApplicationProtocol, embedding: SyncLedgerEmbedding, ledger: Ledger, pool poolID: String) async throws {
             try await app.test(.live) { client in
                 let port = try #require(client.port)
                 let endpoint = try #require(URL(string: "http://127.0.0.1:\(port)/sync"))
                 // The device: Cognito Identity (unsigned GetId, then temporary credentials) and
                 // Cognito Sync, both through the host's prefix.
-                let credentials = CognitoIdentityCredentials(endpoint: endpoint, pool: pool.id)
-                let transport = CognitoSyncTransport(endpoint: endpoint, pool: pool.id, credentials: credentials)
+                let credentials = CognitoIdentityCredentials(endpoint: endpoint, pool: poolID)
+                let transport = CognitoSyncTransport(endpoint: endpoint, pool: poolID, credentials: credentials)
                 let storeDirectory = temporaryPath("embedded-client")
                 defer { try? FileManager.default.removeItem(atPath: storeDirectory) }
-                let device = try SyncClient(store: try ClientStore(directory: storeDirectory), transport: transport, pool: pool.id)
+                let device = try SyncClient(store: try ClientStore(directory: storeDirectory), transport: transport, pool: poolID)
                 _ = try await device.put("settings", "theme", "dark")
                 _ = try await device.synchronize("settings")
                 let identity = try await device.identity()
                 // Written through the same rules and apply as `serve`: in the ledger, the chain verifies.
-                let stream = try StreamName(pool: pool.id, identity: identity, dataset: "settings")
+                let stream = try StreamName(pool: poolID, identity: identity, dataset: "settings")
                 #expect(try ledger.describeDataset(stream).syncCount == 1)
                 #expect(try ledger.verify().isValid)
 
@@ -78,7 +91,7 @@ import SyncLedgerTestSupport
                 try await client.execute(uri: "/hello", method: .get) { response in
                     #expect(String(buffer: response.body) == "hello from acme")
                 }
-                try await client.execute(uri: "/sync/identitypools/\(pool.id)/identities/\(identity)/datasets", method: .get) { response in
+                try await client.execute(uri: "/sync/identitypools/\(poolID)/identities/\(identity)/datasets", method: .get) { response in
                     #expect(response.status == .forbidden)
                     #expect(response.headers[HTTPField.Name("x-amzn-ErrorType")!] == "NotAuthorizedException")
                     #expect(response.headers[HTTPField.Name("x-host-tenant")!] == "acme")
@@ -89,6 +102,38 @@ import SyncLedgerTestSupport
                 #expect(text.contains("syncledger_requests_total{operation=\"UpdateRecords\",status=\"200\"} 1"))
                 #expect(text.contains("syncledger_requests_total{operation=\"Identity.GetId\",status=\"200\"} 1"))
             }
+    }
+
+    /// The unsigned Cognito Identity calls (they create identities and mint credentials) are
+    /// limited in a host as on `serve`: a source past its bucket gets 429.
+    @Test func unsignedIdentityCallsAreThrottledInAHost() async throws {
+        try await withLedger { ledger in
+            let pool = try await ledger.createIdentityPool(region: "us-east-1", name: "throttled", allowUnauthenticatedIdentities: true,
+                                                           developerProviderName: nil, supportedLoginProviders: [:], caller: "test")
+            var throttle = IdentityThrottleOptions()
+            (throttle.sourceRate, throttle.sourceBurst) = (0.0001, 2)
+            let embedding = SyncLedgerEmbedding(ledger: ledger, identityThrottle: throttle)
+            let router = Router(context: HostContext.self)
+            router.addRoutes(embedding.routes(), atPath: "/sync")
+            let app = Application(router: router, logger: Logger(label: "host"))
+            let statuses = Mutex<[UInt]>([])
+            do {
+                try await app.test(.router) { client in
+                    for _ in 0..<3 {
+                        let body = ByteBuffer(string: "{\"IdentityPoolId\":\"\(pool.id)\"}")
+                        let status = try await client.execute(uri: "/sync/", method: .post,
+                                                              headers: [.contentType: "application/x-amz-json-1.1",
+                                                                        HTTPField.Name("x-amz-target")!: "AWSCognitoIdentityService.GetId"],
+                                                              body: body) { $0.status.code }
+                        statuses.withLock { $0.append(UInt(status)) }
+                    }
+                }
+            } catch {
+                await embedding.shutdown()
+                throw error
+            }
+            await embedding.shutdown()
+            #expect(statuses.withLock { $0 } == [200, 200, 429])
         }
     }
 }

@@ -107,8 +107,17 @@ extension RequestHandler {
                 guard request.uri.path == HistoryPage.path else {
                     throw WireError.unknownOperation("no operation is \(request.method.rawValue) \(request.uri.path.prefix(200)); the history browser is at \(HistoryPage.path)")
                 }
+                context.syncLedger.notes.operation = "UI.Page"
                 var request = request
-                let body = try await request.collectBody(upTo: maxBodyBytes)
+                let body: ByteBuffer
+                do {
+                    body = try await request.collectBody(upTo: maxBodyBytes)
+                } catch let cut as RequestCut {
+                    // The transport refused this request mid-body and answers it itself.
+                    return WireResponse.error(.invalidParameter(cut.description)).response
+                } catch {
+                    return WireResponse.error(.invalidParameter("the request body exceeds \(maxBodyBytes) bytes or could not be read")).response
+                }
                 var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
                 if let authority = request.head.authority { headers.append(("host", authority)) }
                 let wire = WireRequest(method: request.method.rawValue, rawPath: request.uri.path, rawQuery: request.uri.query,
@@ -201,7 +210,7 @@ extension RequestHandler {
                 }
         }
         router.group()
-            .add(middleware: SigV4Middleware<R.Context>(authenticator: api.authenticator) { $0.notes.operation = CognitoAPI.uiOperation($0.parameters.get("view") ?? "") })
+            .add(middleware: SigV4Middleware<R.Context>(authenticator: api.authenticator) { $0.notes.operation = CognitoAPI.uiOperation($0.parameter("view") ?? "") })
             .get("/admin/ui/:view") { _, context in
                 let request = APIRequest(context)
                 let (response, name, who) = try await api.handleHistoryUI(request.parameter("view") ?? "", request)
