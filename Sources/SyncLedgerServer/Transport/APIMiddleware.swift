@@ -27,17 +27,9 @@ struct APIMiddleware<Context: SyncLedgerRequestContext>: RouterMiddleware {
         var context = context
         var request = request
         do {
-            let buffer = try await request.collectBody(upTo: maxBodyBytes)
-            // HTTP/1's Host header arrives as the :authority pseudo-header.
-            var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
-            if let authority = request.head.authority { headers.append(("host", authority)) }
-            context.syncLedger.wire = WireRequest(method: request.method.rawValue, rawPath: request.uri.path, rawQuery: request.uri.query,
-                                       headers: headers, body: Array(buffer.readableBytesView), peer: context.channel.remoteAddress?.ipAddress)
-        } catch let cut as RequestCut {
-            // The transport refused this request mid-body and answers it itself; this answer is dropped.
-            return WireResponse.error(.invalidParameter(cut.description)).response
+            context.syncLedger.wire = try await Self.read(&request, channel: context.channel, maxBodyBytes: maxBodyBytes)
         } catch {
-            return WireResponse.error(.invalidParameter("the request body exceeds \(maxBodyBytes) bytes or could not be read")).response
+            return WireResponse.error(error).response
         }
         var (response, elsewhere) = await run(request, context, next)
         // A write of a shard another node owns goes there, once: a forwarded request that finds
@@ -104,6 +96,25 @@ struct APIMiddleware<Context: SyncLedgerRequestContext>: RouterMiddleware {
             for (name, value) in api.ownerHeaders(of: shard) { response.headers.append(HTTPField(name: HTTPField.Name(name)!, value: value)) }
         }
         return (response, elsewhere)
+    }
+
+    /// The request as the API reads it, its body read (within `maxBodyBytes`).
+    /// - Throws: InvalidParameterException for a body the transport cut off (it answers that
+    ///   request itself; this answer is dropped) or one over the limit.
+    static func read(_ request: inout Request, channel: any Channel, maxBodyBytes: Int) async throws(WireError) -> WireRequest {
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.collectBody(upTo: maxBodyBytes)
+        } catch let cut as RequestCut {
+            throw .invalidParameter(cut.description)
+        } catch {
+            throw .invalidParameter("the request body exceeds \(maxBodyBytes) bytes or could not be read")
+        }
+        // HTTP/1's Host header arrives as the :authority pseudo-header.
+        var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
+        if let authority = request.head.authority { headers.append(("host", authority)) }
+        return WireRequest(method: request.method.rawValue, rawPath: request.uri.path, rawQuery: request.uri.query,
+                           headers: headers, body: Array(buffer.readableBytesView), peer: channel.remoteAddress?.ipAddress)
     }
 
     /// What every API route relies on: a Host header, a path of decodable segments (none empty,

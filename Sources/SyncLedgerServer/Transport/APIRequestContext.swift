@@ -76,12 +76,10 @@ public struct SyncLedgerContext: SyncLedgerRequestContext {
 struct APIRequest: Sendable {
     let state: SyncLedgerRequestState
     let parameters: Parameters
-    let channel: any Channel
 
     init(_ context: some SyncLedgerRequestContext) {
         state = context.syncLedger
         parameters = context.parameters
-        channel = context.channel
     }
 
     var notes: RequestNotes { state.notes }

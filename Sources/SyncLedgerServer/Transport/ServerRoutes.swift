@@ -109,19 +109,12 @@ extension RequestHandler {
                 }
                 context.syncLedger.notes.operation = "UI.Page"
                 var request = request
-                let body: ByteBuffer
+                let wire: WireRequest
                 do {
-                    body = try await request.collectBody(upTo: maxBodyBytes)
-                } catch let cut as RequestCut {
-                    // The transport refused this request mid-body and answers it itself.
-                    return WireResponse.error(.invalidParameter(cut.description)).response
-                } catch {
-                    return WireResponse.error(.invalidParameter("the request body exceeds \(maxBodyBytes) bytes or could not be read")).response
+                    wire = try await APIMiddleware<SyncLedgerContext>.read(&request, channel: context.channel, maxBodyBytes: maxBodyBytes)
+                } catch let error as WireError {
+                    return WireResponse.error(error).response
                 }
-                var headers = request.headers.map { ($0.name.canonicalName, $0.value) }
-                if let authority = request.head.authority { headers.append(("host", authority)) }
-                let wire = WireRequest(method: request.method.rawValue, rawPath: request.uri.path, rawQuery: request.uri.query,
-                                       headers: headers, body: Array(body.readableBytesView), peer: context.channel.remoteAddress?.ipAddress)
                 let (response, operation, _) = await api.handleHistoryPage(wire)
                 context.syncLedger.notes.operation = operation
                 return response.response
